@@ -63,12 +63,12 @@ class DFGraph:
             if bad.size:
                 i = int(bad[0])
                 raise GraphError(
-                    f"node {i} ({self.names[i]!r}) has {label} {values[i]!r}: "
+                    f"node {i} ({self.names[i]!r}) has {label} {float(values[i])}: "
                     f"{label} must be finite and non-negative"
                 )
         if np.any(memory != np.round(memory)):
             i = int(np.flatnonzero(memory != np.round(memory))[0])
-            raise GraphError(f"node {i} ({self.names[i]!r}) has fractional memory {memory[i]!r}: give whole bytes")
+            raise GraphError(f"node {i} ({self.names[i]!r}) has fractional memory {float(memory[i])}: give whole bytes")
         object.__setattr__(self, "cost", cost)
         object.__setattr__(self, "memory", memory.astype(np.int64))
         object.__setattr__(self, "edges", _validated_edges(self.edges, self.names))

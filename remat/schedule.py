@@ -119,7 +119,8 @@ class Simulation:
     plan: list[Compute | Deallocate] = field(default_factory=list)
 
     def within(self, budget: float) -> bool:
-        return self.valid and self.peak_memory <= budget * (1 + 1e-9)
+        # Solvers meet the budget up to their feasibility tolerance (1e-7 of the scaled budget).
+        return self.valid and self.peak_memory <= budget * (1 + 1e-6)
 
     def plan_text(self) -> str:
         out = io.StringIO()

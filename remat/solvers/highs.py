@@ -1,0 +1,83 @@
+"""HiGHS backend (highspy): the default, embedded, licence-free MILP solver."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from remat.solvers.base import MilpProblem, SolverOptions, SolverOutput
+
+
+def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.ndarray | None = None) -> SolverOutput:
+    """Solve with HiGHS's branch-and-cut (or its LP solver when no column is integral)."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(options.verbose))
+    h.setOptionValue("threads", int(options.threads))
+    h.setOptionValue("mip_rel_gap", float(options.mip_gap))
+    h.setOptionValue("mip_feasibility_tolerance", 1e-7)
+    h.setOptionValue("primal_feasibility_tolerance", 1e-7)
+    if options.time_limit is not None:
+        h.setOptionValue("time_limit", float(options.time_limit))
+
+    A = problem.A.tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_ = problem.num_vars
+    lp.num_row_ = problem.num_rows
+    lp.col_cost_ = problem.c.astype(float)
+    lp.col_lower_ = problem.lb.astype(float)
+    lp.col_upper_ = problem.ub.astype(float)
+    lp.row_lower_ = np.where(np.isfinite(problem.row_lb), problem.row_lb, -highspy.kHighsInf)
+    lp.row_upper_ = np.where(np.isfinite(problem.row_ub), problem.row_ub, highspy.kHighsInf)
+    lp.offset_ = float(problem.offset)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = A.indices.astype(np.int32)
+    lp.a_matrix_.value_ = A.data.astype(float)
+    is_mip = bool(problem.integrality.any())
+    if is_mip:
+        lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous
+                           for b in problem.integrality]
+    h.passModel(lp)
+    if warm_start is not None and is_mip:
+        sol = highspy.HighsSolution()
+        sol.col_value = np.asarray(warm_start, float).tolist()
+        sol.value_valid = True
+        h.setSolution(sol)
+    if options.on_incumbent is not None and is_mip:
+        start = time.perf_counter()
+
+        def improving(_event: int, _msg: str, data_out, _data_in, _user) -> None:
+            options.on_incumbent(time.perf_counter() - start, data_out.objective_function_value,
+                                 data_out.mip_dual_bound)
+
+        h.setCallback(improving, None)
+        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution)
+
+    start = time.perf_counter()
+    h.run()
+    elapsed = time.perf_counter() - start
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == highspy.kSolutionStatusFeasible
+    S = highspy.HighsModelStatus
+    x = np.array(h.getSolution().col_value) if has_solution else None
+    objective = float(info.objective_function_value) if has_solution else None
+    if is_mip:
+        bound = float(info.mip_dual_bound)
+        bound = bound if math.isfinite(bound) else None
+    else:
+        bound = objective if status == S.kOptimal else None
+    stats = {"nodes": int(info.mip_node_count) if is_mip else 0, "highs_status": h.modelStatusToString(status)}
+    if status == S.kOptimal:
+        return SolverOutput("optimal", x, objective, bound if is_mip else objective, elapsed, "", stats)
+    if status == S.kInfeasible:
+        return SolverOutput("infeasible", None, None, None, elapsed, "proved infeasible", stats)
+    if status in (S.kTimeLimit, S.kInterrupt, S.kSolutionLimit, S.kIterationLimit, S.kHighsInterrupt):
+        if has_solution:
+            return SolverOutput("feasible", x, objective, bound, elapsed, stats["highs_status"], stats)
+        return SolverOutput("time_limit", None, None, bound, elapsed, stats["highs_status"], stats)
+    return SolverOutput("error", x, objective, bound, elapsed, f"HiGHS ended with {stats['highs_status']}", stats)

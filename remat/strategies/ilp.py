@@ -1,0 +1,348 @@
+"""Checkmate's optimal rematerialization MILP (paper §4, problem 9), in matrix form.
+
+Variables per stage ``t`` (``T = n`` stages):
+
+* ``R[t, i]``, ``S[t, i]`` binary (eq. 1f); with frontier-advancing stages
+  (eqs. 8a-8c) only ``i <= t`` (R) and ``i < t`` (S) exist and ``R[t, t] = 1``;
+* ``U[t, k]`` continuous memory after computing ``k`` in stage ``t`` (eqs. 2-3),
+  bounded by the budget;
+* ``Free[t, (i, k)]`` binary per edge (eqs. 5, 7a-7c), with §4.8's ``Free[t,k,k]``
+  eliminated and - structurally - only where it can change a later ``U``.
+
+Variables that are structurally zero are never created; every constraint family
+is built as vectorised (row, column, value) triplets (:class:`RowBuilder`). The
+unpartitioned variant (eqs. 1a-1f with memory, App. A) shares the builder.
+Memory is divided by the largest node memory and cost by the largest node cost so
+the solver sees numbers near 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from remat.graph import DFGraph
+from remat.schedule import Schedule, free_matrix, memory_matrix
+from remat.solvers.base import MilpProblem, RowBuilder, SolverOptions, SolverOutput, solve_milp
+from remat.strategies.result import SolveResult, Status, result_from_schedule
+
+
+@dataclass(eq=False)
+class CheckmateMilp:
+    """Problem (9) for one graph and budget, with the maps from (t, i) to columns (-1 = absent)."""
+
+    graph: DFGraph
+    budget: float
+    partitioned: bool
+    problem: MilpProblem
+    R: np.ndarray
+    S: np.ndarray
+    U: np.ndarray
+    F: np.ndarray
+    memory_scale: float
+    cost_scale: float
+    build_time: float = 0.0
+
+    def schedule(self, x: np.ndarray) -> Schedule:
+        """Round a (near-)integral solution vector to a Schedule."""
+        return Schedule(_gather(x, self.R) > 0.5, _gather(x, self.S) > 0.5)
+
+    def fractional(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (possibly fractional) R and S of a solution vector, 0 where structurally absent."""
+        return _gather(x, self.R), _gather(x, self.S)
+
+    def memory(self, x: np.ndarray) -> np.ndarray:
+        """The solver's U in bytes (NaN where no U variable exists)."""
+        U = np.full(self.U.shape, np.nan)
+        mask = self.U >= 0
+        U[mask] = x[self.U[mask]] * self.memory_scale
+        return U
+
+    def cost(self, objective: float) -> float:
+        return objective * self.cost_scale
+
+    def vector(self, schedule: Schedule) -> np.ndarray:
+        """The solution vector of a valid schedule (a warm start), with Free and U per eqs. (2)-(5)."""
+        x = np.zeros(self.problem.num_vars)
+        for idx, mat in ((self.R, schedule.R), (self.S, schedule.S)):
+            mask = idx >= 0
+            x[idx[mask]] = mat[mask]
+        free = free_matrix(self.graph, schedule)
+        mask = self.F >= 0
+        x[self.F[mask]] = free[mask]
+        mask = self.U >= 0
+        x[self.U[mask]] = memory_matrix(self.graph, schedule, free)[mask] / self.memory_scale
+        return x
+
+    def fits(self, schedule: Schedule) -> bool:
+        """Whether a schedule lies in this MILP's variable space (e.g. frontier-advancing when partitioned)."""
+        return not (schedule.R[self.R < 0].any() or schedule.S[self.S < 0].any())
+
+
+def build_checkmate_milp(
+    graph: DFGraph,
+    budget: float,
+    partitioned: bool = True,
+    free_formulation: str = "paper",
+    cost_bound: float | None = None,
+) -> CheckmateMilp:
+    """Build problem (9) (or, with ``partitioned=False``, eqs. 1a-1f with memory).
+
+    ``free_formulation="paper"`` encodes Free by eqs. (7b)-(7c) with the big-M
+    ``kappa`` of Lemma 4.2 counting only hazards that can occur;
+    ``"tight"`` replaces (7c) with one inequality per hazard
+    (``Free <= R[t,k]``, ``Free + S[t+1,i] <= 1``, ``Free + R[t,j] <= 1``),
+    the standard exact linearisation of the product in eq. (5), whose LP
+    relaxation is at least as strong. ``cost_bound`` adds ``sum C R <= cost_bound``
+    (eq. 10's form, used by the maximum-batch search).
+    """
+    start = time.perf_counter()
+    if free_formulation not in ("paper", "tight"):
+        raise ValueError(f"free_formulation must be 'paper' or 'tight', got {free_formulation!r}")
+    n, T = graph.n, graph.n
+    src, dst = graph.edges[:, 0], graph.edges[:, 1]
+    t_col = np.arange(T)[:, None]
+    i_row = np.arange(n)[None, :]
+    r_mask = (i_row <= t_col) if partitioned else np.ones((T, n), bool)
+    s_mask = (i_row < t_col) if partitioned else (t_col >= 1) & np.ones((1, n), bool)
+    u_mask = r_mask
+    # Free[t, (i, k)] matters only through U[t, k+1]: it needs R[t, k] and U[t, k+1] to exist.
+    u_next = np.zeros((T, n), bool)
+    u_next[:, :-1] = u_mask[:, 1:]
+    f_mask = r_mask[:, dst] & u_next[:, dst]
+
+    counter = 0
+
+    def allocate(mask: np.ndarray) -> np.ndarray:
+        nonlocal counter
+        idx = np.full(mask.shape, -1, dtype=np.int64)
+        size = int(mask.sum())
+        idx[mask] = np.arange(counter, counter + size)
+        counter += size
+        return idx
+
+    R, S, U, F = allocate(r_mask), allocate(s_mask), allocate(u_mask), allocate(f_mask)
+    N = counter
+    memory_scale = float(max(graph.memory.max(), 1))
+    cost_scale = float(graph.cost.max()) if graph.cost.max() > 0 else 1.0
+    M = graph.memory / memory_scale
+    C = graph.cost / cost_scale
+
+    c = np.zeros(N)
+    c[R[r_mask]] = np.broadcast_to(C, (T, n))[r_mask]
+    lb, ub = np.zeros(N), np.ones(N)
+    integrality = np.ones(N, bool)
+    integrality[U[u_mask]] = False
+    # U can never exceed everything resident twice over; a tighter bound keeps presolve well scaled.
+    ub[U[u_mask]] = min(budget, graph.constant_memory + 2 * float(graph.memory.sum())) / memory_scale
+    if partitioned:
+        lb[R[np.arange(n), np.arange(n)]] = 1.0  # eq. (8a)
+
+    rows = RowBuilder(N)
+    # (1b): R[t, j] <= R[t, i] + S[t, i] for every edge (i, j).
+    tt, ee = np.nonzero(R[:, dst] >= 0)
+    rows.add([(R[tt, dst[ee]], 1.0), (R[tt, src[ee]], -1.0), (S[tt, src[ee]], -1.0)], -np.inf, 0.0)
+    # (1c): S[t, i] <= R[t-1, i] + S[t-1, i].
+    tt, ii = np.nonzero(S[1:] >= 0)
+    rows.add([(S[tt + 1, ii], 1.0), (R[tt, ii], -1.0), (S[tt, ii], -1.0)], -np.inf, 0.0)
+    if not partitioned:
+        # (1e) generalised: every sink is computed at some stage, so every node is.
+        sinks = np.setdiff1d(np.arange(n), src)
+        ids = rows.add([(R[0, sinks], 1.0)], 1.0, np.inf)
+        for t in range(1, T):
+            rows.add_pairs(ids, R[t, sinks], 1.0)
+    _add_free_rows(rows, graph, R, S, F, free_formulation)
+    _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
+    if cost_bound is not None:
+        _add_cost_row(rows, R, r_mask, C, cost_bound / cost_scale)
+    A, row_lb, row_ub = rows.matrix()
+    problem = MilpProblem(c, A, row_lb, row_ub, lb, ub, integrality)
+    return CheckmateMilp(graph, budget, partitioned, problem, R, S, U, F, memory_scale, cost_scale,
+                         time.perf_counter() - start)
+
+
+def _add_cost_row(rows: RowBuilder, R: np.ndarray, r_mask: np.ndarray, C: np.ndarray, bound: float) -> None:
+    cols = R[r_mask]
+    coef = np.broadcast_to(C, R.shape)[r_mask]
+    ids = rows.add([(np.array([-1]), 0.0)], -np.inf, bound, size=1)
+    rows.add_pairs(np.full(cols.size, ids[0]), cols, coef)
+
+
+def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray, form: str) -> None:
+    """Eqs. (7b)-(7c): Free[t,(i,k)] = 1 exactly when num_hazards(t, i, k) = 0."""
+    T, n = R.shape
+    src, dst = graph.edges[:, 0], graph.edges[:, 1]
+    S_next = np.full_like(S, -1)
+    S_next[:-1] = S[1:]
+    tt, ee = np.nonzero(F >= 0)
+    i, k = src[ee], dst[ee]
+    free, r_k, s_next = F[tt, ee], R[tt, k], S_next[tt, i]
+    # Later users j > k of i, as (edge e, user j) pairs, expanded over the stages of each Free variable.
+    pe, pj = _later_user_pairs(graph)
+    order = np.argsort(pe, kind="stable")
+    pe, pj = pe[order], pj[order]
+    starts = np.searchsorted(pe, ee)
+    counts = np.searchsorted(pe, ee, side="right") - starts
+    rep = np.repeat(np.arange(ee.size), counts)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    later = R[tt[rep], pj[starts[rep] + offs]]
+    present = later >= 0
+    rep, later = rep[present], later[present]
+    # (7b): 1 - Free <= hazards  <=>  Free - R[t,k] + S[t+1,i] + sum R[t,j] >= 0
+    lower = rows.add([(free, 1.0), (r_k, -1.0), (s_next, 1.0)], 0.0, np.inf)
+    rows.add_pairs(lower[rep], later, 1.0)
+    if form == "paper":
+        # (7c): kappa (1 - Free) >= hazards, kappa = the number of hazards that can occur.
+        kappa = 1.0 + (s_next >= 0) + np.bincount(rep, minlength=ee.size)
+        upper = rows.add([(free, kappa), (r_k, -1.0), (s_next, 1.0)], -np.inf, kappa - 1.0)
+        rows.add_pairs(upper[rep], later, 1.0)
+    else:
+        rows.add([(free, 1.0), (r_k, -1.0)], -np.inf, 0.0)
+        has_s = s_next >= 0
+        rows.add([(free[has_s], 1.0), (s_next[has_s], 1.0)], -np.inf, 1.0)
+        rows.add([(free[rep], 1.0), (later, 1.0)], -np.inf, 1.0)
+
+
+def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, U: np.ndarray,
+                     F: np.ndarray, M: np.ndarray, constant: float) -> None:
+    """Eqs. (2)-(4): U[t,0] = const + sum M S[t] + M_0 R[t,0]; U[t,k] = U[t,k-1] - freed + M_k R[t,k]."""
+    T, n = R.shape
+    src, dst = graph.edges[:, 0], graph.edges[:, 1]
+    row_of = np.full((T, n), -1, dtype=np.int64)
+    t0 = np.flatnonzero(U[:, 0] >= 0)
+    row_of[t0, 0] = rows.add([(U[t0, 0], 1.0), (R[t0, 0], -M[0])], constant, constant)
+    ts, ii = np.nonzero(S[t0] >= 0)
+    rows.add_pairs(row_of[t0[ts], 0], S[t0[ts], ii], -M[ii])
+    tt, kk = np.nonzero(U[:, 1:] >= 0)
+    kk = kk + 1
+    row_of[tt, kk] = rows.add([(U[tt, kk], 1.0), (U[tt, kk - 1], -1.0), (R[tt, kk], -M[kk])], 0.0, 0.0)
+    tf, ef = np.nonzero(F >= 0)
+    rows.add_pairs(row_of[tf, dst[ef] + 1], F[tf, ef], M[src[ef]])
+
+
+def _later_user_pairs(graph: DFGraph) -> tuple[np.ndarray, np.ndarray]:
+    """All (edge e = (i, k), user j of i with j > k) pairs."""
+    src, dst = graph.edges[:, 0], graph.edges[:, 1]
+    # Edges are sorted by (src, dst), so the later users of edge e are the following edges with the same src.
+    last = np.searchsorted(src, src, side="right")
+    count = last - np.arange(graph.m) - 1
+    pe = np.repeat(np.arange(graph.m), count)
+    offs = np.arange(pe.size) - np.repeat(np.cumsum(count) - count, count)
+    pj = dst[pe + 1 + offs]
+    return pe, pj
+
+
+def _gather(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    out = np.zeros(idx.shape)
+    mask = idx >= 0
+    out[mask] = x[idx[mask]]
+    return out
+
+
+def memory_lower_bound(graph: DFGraph) -> tuple[float, int]:
+    """A budget below which no schedule exists, and the node that forces it.
+
+    Computing node k needs its inputs resident and its output allocated on top of
+    the constant overhead: ``const + M_k + sum_{i in Deps[k]} M_i`` (eqs. 1b, 3).
+    """
+    need = graph.memory.astype(float).copy()
+    np.add.at(need, graph.edges[:, 1], graph.memory[graph.edges[:, 0]])
+    k = int(np.argmax(need))
+    return graph.constant_memory + float(need[k]), k
+
+
+def check_budget(graph: DFGraph, budget: float) -> str | None:
+    """Why ``budget`` cannot be met, for budgets that fail a cheap test; None otherwise."""
+    if not (isinstance(budget, (int, float, np.number)) and math.isfinite(budget) and budget > 0):
+        raise ValueError(f"budget must be a positive number of bytes, got {budget!r}")
+    if budget < graph.constant_memory:
+        return (f"budget {budget:.6g} B is below the constant overhead {graph.constant_memory:.6g} B "
+                f"(inputs, parameters, gradients); raise the budget")
+    bound, k = memory_lower_bound(graph)
+    if budget < bound:
+        return (f"budget {budget:.6g} B is below {bound:.6g} B, the memory needed to compute node {k} "
+                f"({graph.names[k]!r}) with its inputs resident; raise the budget")
+    return None
+
+
+def solve_ilp(
+    graph: DFGraph,
+    budget: float,
+    time_limit: float | None = None,
+    mip_gap: float = 1e-4,
+    threads: int = 1,
+    warm_start: Schedule | None = None,
+    backend: str = "highs",
+    partitioned: bool = True,
+    free_formulation: str = "paper",
+    verbose: bool = False,
+    on_incumbent: Callable[[float, float, float], None] | None = None,
+    **_: object,
+) -> SolveResult:
+    """Optimal rematerialization by MILP (problem 9), solved by an exact backend.
+
+    Status is ``optimal`` (within ``mip_gap``), ``feasible`` (a limit stopped the
+    search with an incumbent), ``infeasible`` (proved), or ``time_limit`` (no
+    incumbent). ``lower_bound`` is the solver's dual bound in cost units. A
+    ``warm_start`` schedule (e.g. the best heuristic) is handed to the solver.
+    """
+    options = {"time_limit": time_limit, "mip_gap": mip_gap, "threads": threads, "backend": backend,
+               "partitioned": partitioned, "free_formulation": free_formulation}
+    start = time.perf_counter()
+    reason = check_budget(graph, budget)
+    if reason is not None:
+        return SolveResult("ilp", Status.INFEASIBLE, budget, message=reason, options=options,
+                           min_feasible_budget=None, solve_time=time.perf_counter() - start)
+    milp = build_checkmate_milp(graph, budget, partitioned, free_formulation)
+    x0 = milp.vector(warm_start) if warm_start is not None and milp.fits(warm_start) else None
+
+    def report(seconds: float, objective: float, bound: float) -> None:
+        if on_incumbent is not None:
+            on_incumbent(seconds, milp.cost(objective), milp.cost(bound))
+
+    solver_options = SolverOptions(time_limit, mip_gap, threads, verbose, report if on_incumbent else None)
+    out = solve_milp(milp.problem, backend, solver_options, x0)
+    return milp_result("ilp", milp, out, start, options)
+
+
+def milp_result(name: str, milp: CheckmateMilp, out: SolverOutput, start: float, options: dict) -> SolveResult:
+    """Turn a solver's answer into a SolveResult checked by simulate()."""
+    graph, budget = milp.graph, milp.budget
+    stats = {"variables": milp.problem.num_vars, "constraints": milp.problem.num_rows,
+             "build_time": milp.build_time, "solver_time": out.time, **out.stats}
+    bound = milp.cost(out.bound) if out.bound is not None else None
+    elapsed = time.perf_counter() - start
+    if out.status in ("optimal", "feasible") and out.x is not None:
+        schedule = milp.schedule(out.x)
+        status = Status.OPTIMAL if out.status == "optimal" else Status.FEASIBLE
+        result = result_from_schedule(name, graph, schedule, budget, elapsed, status=status, lower_bound=bound,
+                                      options=options, stats=stats, message=out.message)
+        result.stats["solver_memory"] = milp.memory(out.x)
+        result.stats["solver_objective"] = milp.cost(out.objective)
+        return result
+    status = {"infeasible": Status.INFEASIBLE, "time_limit": Status.TIME_LIMIT}.get(out.status, Status.ERROR)
+    return SolveResult(name, status, budget, solve_time=elapsed, lower_bound=bound, message=out.message,
+                       options=options, stats=stats)
+
+
+def solve_lp_relaxation(
+    graph: DFGraph, budget: float, partitioned: bool = True, free_formulation: str = "paper",
+    time_limit: float | None = None, threads: int = 1,
+) -> tuple[CheckmateMilp, SolverOutput]:
+    """The LP relaxation of problem (9) (§5.1): its optimum is a lower bound on the MILP's."""
+    milp = build_checkmate_milp(graph, budget, partitioned, free_formulation)
+    out = solve_milp(milp.problem.relaxed(), "highs", SolverOptions(time_limit=time_limit, threads=threads))
+    return milp, out
+
+
+def _register() -> None:
+    from remat.strategies import register
+
+    register("ilp", solve_ilp)
+
+
+_register()
