@@ -83,7 +83,9 @@ def random_training_graph(
     )
 
 
-def random_dag(nodes: int, seed: int, edge_probability: float = 0.3, max_cost: int = 10, max_memory: int = 10) -> DFGraph:
+def random_dag(
+    nodes: int, seed: int, edge_probability: float = 0.3, max_cost: int = 10, max_memory: int = 10
+) -> DFGraph:
     """A seeded random plain DAG (no loss, no forward/backward labels), connected as a chain plus random edges."""
     rng = np.random.default_rng(seed)
     edges = [(i - 1, i) for i in range(1, nodes)]

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -290,7 +291,11 @@ def find_cycle(n: int, edges: np.ndarray) -> list[int]:
 
 
 def topologically_sorted(
-    names: Sequence[str], cost: Sequence[float], memory: Sequence[float], edges: Sequence[tuple[int, int]], **kwargs: Any
+    names: Sequence[str],
+    cost: Sequence[float],
+    memory: Sequence[float],
+    edges: Sequence[tuple[int, int]],
+    **kwargs: Any,
 ) -> DFGraph:
     """Build a DFGraph from a DAG whose ids are not in topological order, renumbering them.
 

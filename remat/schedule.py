@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -70,12 +71,15 @@ class Schedule:
         T, n = self.R.shape
         if T != n:
             return False
-        return bool(
-            np.all(np.diag(self.R)) and not np.triu(self.R, 1).any() and not np.triu(self.S, 0).any()
-        )
+        return bool(np.all(np.diag(self.R)) and not np.triu(self.R, 1).any() and not np.triu(self.S, 0).any())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "remat.schedule", "version": 1, "R": self.R.astype(int).tolist(), "S": self.S.astype(int).tolist()}
+        return {
+            "format": "remat.schedule",
+            "version": 1,
+            "R": self.R.astype(int).tolist(),
+            "S": self.S.astype(int).tolist(),
+        }
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict()))
@@ -230,7 +234,9 @@ def simulate(graph: DFGraph, schedule: Schedule, plan: bool = True) -> Simulatio
     return sim
 
 
-def execution_plan(graph: DFGraph, schedule: Schedule, free: np.ndarray | None = None) -> Iterator[Compute | Deallocate]:
+def execution_plan(
+    graph: DFGraph, schedule: Schedule, free: np.ndarray | None = None
+) -> Iterator[Compute | Deallocate]:
     """Algorithm 1: a row-major scan of R emitting compute and deallocate statements.
 
     Deallocations follow ``Free``; at the end of each stage every value not

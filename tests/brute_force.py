@@ -12,7 +12,7 @@ remat.schedule so it can catch errors there.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class BruteForce:
         self.const = float(graph.constant_memory)
         self.last_use = [max(u, default=-1) for u in self.users]
 
-    @lru_cache(maxsize=None)
+    @cache  # noqa: B019 - one oracle per test, freed with it
     def stage(self, t: int, resident: int, keep: int) -> tuple[float, float, int]:
         """(cost, peak memory, R bitmask) of stage t entering with `resident`, leaving `keep`."""
         R = (1 << t) | (keep & ~resident)

@@ -12,8 +12,8 @@ those outcomes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -92,8 +92,13 @@ class RowBuilder:
         self.ubs: list[np.ndarray] = []
         self.count = 0
 
-    def add(self, terms: list[tuple[np.ndarray, float | np.ndarray]], lb: np.ndarray | float, ub: np.ndarray | float,
-            size: int | None = None) -> np.ndarray:
+    def add(
+        self,
+        terms: list[tuple[np.ndarray, float | np.ndarray]],
+        lb: np.ndarray | float,
+        ub: np.ndarray | float,
+        size: int | None = None,
+    ) -> np.ndarray:
         size = size if size is not None else len(terms[0][0])
         ids = np.arange(self.count, self.count + size)
         for cols, coef in terms:
@@ -120,7 +125,10 @@ class RowBuilder:
     def matrix(self) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
         cat = np.concatenate
         A = sp.csr_matrix(
-            (cat(self.vals) if self.vals else [], (cat(self.rows) if self.rows else [], cat(self.cols) if self.cols else [])),
+            (
+                cat(self.vals) if self.vals else [],
+                (cat(self.rows) if self.rows else [], cat(self.cols) if self.cols else []),
+            ),
             shape=(self.count, self.num_vars),
         )
         A.sum_duplicates()

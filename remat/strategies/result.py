@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from remat.graph import DFGraph
 from remat.schedule import Schedule, Simulation, simulate
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OPTIMAL = "optimal"  # proved optimal (within the requested MIP gap)
     FEASIBLE = "feasible"  # a valid in-budget schedule, optimality not proved
     INFEASIBLE = "infeasible"  # proved (MILP) or found (heuristic) to have no in-budget schedule
     TIME_LIMIT = "time_limit"  # stopped by a limit before any schedule was found
     ERROR = "error"  # the strategy could not run (e.g. a licence limit); see message
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(eq=False)
