@@ -6,20 +6,25 @@ fills R where it is needed and nowhere else.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from remat.graph import DFGraph
 
 
 def solve_min_r(graph: DFGraph, S: np.ndarray) -> np.ndarray:
-    """The cheapest R that makes ``(R, S)`` valid, for a frontier-advancing S.
+    """The cheapest R that makes ``(R, S)`` a valid frontier-advancing schedule.
 
-    Starts from ``R = I`` (eq. 8a), computes ``v`` in stage ``t`` wherever
-    ``S[t+1, v]`` needs it and ``v`` is not already resident (constraint 1c), then
-    scans each stage in reverse topological order and computes every input that a
-    computed node needs but is neither computed nor checkpointed (constraint 1b).
-    Each entry is set only when a constraint forces it, so R is optimal given S
-    (§5.2). ``S`` is first made consistent: ``S[t, v]`` for ``v >= t`` is dropped.
+    Appendix B.1 / §5.2: start from ``R = I`` (eq. 8a); compute ``v`` in stage ``t``
+    wherever ``S[t+1, v]`` needs it and ``v`` is not already resident (constraint
+    1c); then scan each stage in reverse topological order and compute every input
+    that a computed node needs but is neither computed nor checkpointed (1b).
+
+    Every entry set is forced by a constraint, so the result is the least R (as a
+    set) that is valid for ``S`` under (8a)-(8c): any other valid lower-triangular
+    R with ``R >= I`` contains it, hence costs at least as much. ``S`` is first made
+    consistent with (8b): entries ``S[t, v]`` with ``v >= t`` are dropped.
     """
     S = np.tril(np.asarray(S, bool), -1)
     T, n = S.shape
@@ -27,13 +32,20 @@ def solve_min_r(graph: DFGraph, S: np.ndarray) -> np.ndarray:
         raise ValueError(f"S must be {graph.n} x {graph.n} for graph {graph.name!r}, got {S.shape}")
     R = np.eye(n, dtype=bool)
     R[:-1] |= S[1:] & ~S[:-1]
-    deps = graph.deps
+    deps = [d.tolist() for d in graph.deps]
     for t in range(T):
-        row, resident = R[t], S[t]
-        for v in range(t, -1, -1):
-            if row[v]:
-                parents = deps[v]
-                row[parents[~resident[parents]]] = True
+        row = R[t]
+        resident = S[t]
+        # Parents precede children in id order, so popping the largest id first
+        # visits each node after every node that could require it.
+        heap = [-int(v) for v in np.flatnonzero(row)]
+        heapq.heapify(heap)
+        while heap:
+            v = -heapq.heappop(heap)
+            for p in deps[v]:
+                if not row[p] and not resident[p]:
+                    row[p] = True
+                    heapq.heappush(heap, -p)
     return R
 
 
