@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class CheckmateMilp:
     F: np.ndarray
     memory_scale: float
     cost_scale: float
+    memory_rows: np.ndarray
     build_time: float = 0.0
 
     def schedule(self, x: np.ndarray) -> Schedule:
@@ -156,12 +157,12 @@ def build_checkmate_milp(
         for t in range(1, T):
             rows.add_pairs(ids, R[t, sinks], 1.0)
     _add_free_rows(rows, graph, R, S, F, free_formulation)
-    _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
+    memory_rows = _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
     if cost_bound is not None:
         _add_cost_row(rows, R, r_mask, C, cost_bound / cost_scale)
     A, row_lb, row_ub = rows.matrix()
     problem = MilpProblem(c, A, row_lb, row_ub, lb, ub, integrality)
-    return CheckmateMilp(graph, budget, partitioned, problem, R, S, U, F, memory_scale, cost_scale,
+    return CheckmateMilp(graph, budget, partitioned, problem, R, S, U, F, memory_scale, cost_scale, memory_rows,
                          time.perf_counter() - start)
 
 
@@ -208,8 +209,11 @@ def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarra
 
 
 def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, U: np.ndarray,
-                     F: np.ndarray, M: np.ndarray, constant: float) -> None:
-    """Eqs. (2)-(4): U[t,0] = const + sum M S[t] + M_0 R[t,0]; U[t,k] = U[t,k-1] - freed + M_k R[t,k]."""
+                     F: np.ndarray, M: np.ndarray, constant: float) -> np.ndarray:
+    """Eqs. (2)-(4): U[t,0] = const + sum M S[t] + M_0 R[t,0]; U[t,k] = U[t,k-1] - freed + M_k R[t,k].
+
+    Returns the ids of these rows (the maximum-batch model rescales them).
+    """
     T, n = R.shape
     src, dst = graph.edges[:, 0], graph.edges[:, 1]
     row_of = np.full((T, n), -1, dtype=np.int64)
@@ -222,6 +226,7 @@ def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndar
     row_of[tt, kk] = rows.add([(U[tt, kk], 1.0), (U[tt, kk - 1], -1.0), (R[tt, kk], -M[kk])], 0.0, 0.0)
     tf, ef = np.nonzero(F >= 0)
     rows.add_pairs(row_of[tf, dst[ef] + 1], F[tf, ef], M[src[ef]])
+    return row_of[row_of >= 0]
 
 
 def _later_user_pairs(graph: DFGraph) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,250 @@
+"""Maximum batch size under a memory budget (paper §6.4, eq. 10).
+
+The largest batch ``B`` whose B-scaled graph (activations, gradients and inputs
+grow with B; parameters do not) has a valid schedule within the budget costing at
+most one extra forward pass: ``cost <= 2 sum_fwd C + sum_bwd C`` (eq. 10).
+
+``method="search"`` (any strategy): feasibility is monotone in B for the MILP, so
+B is found by galloping then bisection over feasibility MILPs (objective dropped:
+any schedule within the budget and the cost cap will do), reporting the largest
+B proved feasible and the smallest proved infeasible. Heuristics are searched the
+same way, each probe being one run of the strategy.
+
+``method="milp"`` (the MILP only) is the paper's own single model: B is an integer
+variable multiplying every batch-scaled memory term; each product of B with a
+binary ``x`` is linearised exactly by ``z = B x`` with ``z <= Bmax x``,
+``z <= B``, ``z >= B - Bmax (1 - x)``, ``z >= 0``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from remat.graph import DFGraph, GraphError
+from remat.schedule import Schedule
+from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
+from remat.strategies.checkpoint import checkpoint_all_schedule
+from remat.strategies.ilp import build_checkmate_milp, memory_lower_bound
+
+
+@dataclass
+class MaxBatchResult:
+    strategy: str
+    method: str
+    budget: float
+    max_batch: int  # largest B known feasible (0: none)
+    smallest_infeasible: int | None  # smallest B proved (or, for heuristics, found) infeasible; None if unknown
+    solve_time: float
+    schedule: Schedule | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.smallest_infeasible is not None and self.smallest_infeasible == self.max_batch + 1
+
+
+def cost_cap(graph: DFGraph) -> float:
+    """Eq. (10): the cost of one training step plus one extra forward pass."""
+    graph.require_training_structure("the maximum-batch cost cap (eq. 10)")
+    return 2 * graph.forward_cost + float(graph.cost[graph.loss :].sum())
+
+
+def batch_upper_bound(graph: DFGraph, budget: float) -> int:
+    """A B above which no schedule fits: computing the hungriest node alone overflows (eqs. 1b, 3)."""
+    one = graph.with_batch_size(1)
+    need, _ = memory_lower_bound(one.with_constant_memory(0))
+    scaled_need = need + one.input_memory
+    if scaled_need <= 0:
+        raise GraphError("the graph's memory does not grow with the batch size, so the batch is unbounded")
+    return max(0, math.floor((budget - one.parameter_memory) / scaled_need))
+
+
+def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str) -> tuple[str, Any]:
+    if graph.constant_memory + checkpoint_all_peak_activations(graph) <= budget:
+        return "feasible", checkpoint_all_schedule(graph)
+    milp = build_checkmate_milp(graph, budget, cost_bound=cost_cap(graph) * (1 + 1e-9))
+    milp.problem.c[:] = 0.0  # feasibility only: stop at the first schedule
+    out = solve_milp(milp.problem, backend, SolverOptions(time_limit=time_limit, threads=threads))
+    if out.status in ("optimal", "feasible"):
+        return "feasible", milp.schedule(out.x)
+    return ("infeasible" if out.status == "infeasible" else "unknown"), None
+
+
+def checkpoint_all_peak_activations(graph: DFGraph) -> float:
+    from remat.schedule import simulate
+
+    return simulate(graph, checkpoint_all_schedule(graph), plan=False).peak_memory - graph.constant_memory
+
+
+def _probe_strategy(graph: DFGraph, budget: float, strategy: str, options: dict) -> tuple[str, Any]:
+    from remat.strategies import get_strategy
+
+    result = get_strategy(strategy)(graph, budget, **options)
+    if result.has_schedule and result.cost <= cost_cap(graph) * (1 + 1e-9):
+        return "feasible", result.schedule
+    if result.status in ("time_limit", "error"):
+        return "unknown", None
+    return "infeasible", None
+
+
+def max_batch_size(
+    graph: DFGraph,
+    budget: float,
+    strategy: str = "ilp",
+    method: str = "search",
+    time_limit: float | None = None,
+    threads: int = 1,
+    backend: str = "highs",
+    **options: Any,
+) -> MaxBatchResult:
+    """The maximum batch size for ``strategy`` at ``budget`` bytes; see the module docstring.
+
+    ``time_limit`` bounds each MILP probe (search) or the single model (milp).
+    """
+    if graph.batch_size is None:
+        raise GraphError(f"graph {graph.name!r} does not record its batch size; it cannot be rescaled")
+    cost_cap(graph)
+    start = time.perf_counter()
+    if method == "milp":
+        if strategy != "ilp":
+            raise ValueError("method='milp' is the MILP's own model; use method='search' for other strategies")
+        return _max_batch_single_milp(graph, budget, time_limit, threads, backend, start)
+    if method != "search":
+        raise ValueError(f"unknown method {method!r}; choose 'search' or 'milp'")
+    hi_bound = batch_upper_bound(graph, budget)
+    probes: list[dict[str, Any]] = []
+    best: tuple[int, Schedule | None] = (0, None)
+    infeasible: int | None = hi_bound + 1
+    unknown: int | None = None
+
+    def probe(B: int) -> str:
+        nonlocal best, infeasible, unknown
+        t0 = time.perf_counter()
+        g = graph.with_batch_size(B)
+        if strategy == "ilp":
+            verdict, schedule = _probe_milp(g, budget, time_limit, threads, backend)
+        else:
+            verdict, schedule = _probe_strategy(g, budget, strategy, options)
+        probes.append({"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0})
+        if verdict == "feasible" and B > best[0]:
+            best = (B, schedule)
+        elif verdict == "infeasible" and (infeasible is None or B < infeasible):
+            infeasible = B
+        elif verdict == "unknown" and (unknown is None or B < unknown):
+            unknown = B
+        return verdict
+
+    if hi_bound >= 1:
+        B = 1
+        while B <= hi_bound and probe(B) == "feasible":
+            B *= 2
+        lo = best[0]
+        hi = min(x for x in (infeasible, unknown, hi_bound + 1) if x is not None)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if probe(mid) == "feasible":
+                lo = mid
+            else:
+                hi = mid
+    elapsed = time.perf_counter() - start
+    message = "" if best[0] else f"no batch size B >= 1 fits {budget:.6g} bytes within one extra forward pass"
+    # Unknown probes below the first infeasible one leave the answer unproved.
+    proved_infeasible = infeasible if unknown is None or infeasible <= unknown else None
+    return MaxBatchResult(strategy, "search", budget, best[0], proved_infeasible, elapsed, best[1], probes, message)
+
+
+def _max_batch_single_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str,
+                           start: float) -> MaxBatchResult:
+    one = graph.with_batch_size(1)
+    b_max = batch_upper_bound(graph, budget)
+    if b_max < 1:
+        return MaxBatchResult("ilp", "milp", budget, 0, 1, time.perf_counter() - start,
+                              message=f"no batch size B >= 1 fits {budget:.6g} bytes")
+    milp = build_checkmate_milp(one, budget, cost_bound=cost_cap(one) * (1 + 1e-9))
+    problem = _batch_variable_model(milp, one, budget, b_max)
+    out = solve_milp(problem, backend, SolverOptions(time_limit=time_limit, threads=threads))
+    elapsed = time.perf_counter() - start
+    if out.status in ("optimal", "feasible"):
+        B = int(round(out.x[-1]))
+        upper = math.floor(-out.bound + 1e-6) if out.bound is not None else None
+        proved = B + 1 if out.status == "optimal" else (upper + 1 if upper is not None else None)
+        schedule = milp.schedule(out.x[: milp.problem.num_vars])
+        return MaxBatchResult("ilp", "milp", budget, B, proved, elapsed, schedule,
+                              [{"status": out.status, "seconds": out.time}])
+    return MaxBatchResult("ilp", "milp", budget, 0, 1 if out.status == "infeasible" else None, elapsed,
+                          message=f"solver status {out.status}")
+
+
+def _batch_variable_model(milp, one: DFGraph, budget: float, b_max: int) -> MilpProblem:
+    """Rewrite the batch-1 memory rows so every batch-scaled term is multiplied by an integer B."""
+    p = milp.problem
+    N = p.num_vars
+    A = p.A.tocsr()
+    mem = np.zeros(A.shape[0], bool)
+    mem[milp.memory_rows] = True
+    scaled_node = one.batch_scaled
+    column_node = np.full(N, -1)
+    for idx in (milp.R, milp.S):
+        mask = idx >= 0
+        column_node[idx[mask]] = np.nonzero(mask)[1]
+    mask = milp.F >= 0
+    column_node[milp.F[mask]] = one.edges[np.nonzero(mask)[1], 0]
+    A_mem = A[mem].tocsc()
+    touched = np.flatnonzero(np.diff(A_mem.indptr) > 0)
+    cols = touched[p.integrality[touched] & (column_node[touched] >= 0) & scaled_node[column_node[touched].clip(0)]]
+    Z = len(cols)
+    z_of = np.full(N, -1)
+    z_of[cols] = N + np.arange(Z)
+    b_col = N + Z
+    # Memory rows: coefficients of scaled binaries move to their z; the input term moves onto B.
+    coo = A.tocoo()
+    move = mem[coo.row] & (z_of[coo.col] >= 0)
+    new_col = np.where(move, z_of[coo.col], coo.col)
+    rows, colsA, vals = [coo.row], [new_col], [coo.data]
+    row_lb, row_ub = p.row_lb.copy(), p.row_ub.copy()
+    first_rows = milp.memory_rows[: int((milp.U[:, 0] >= 0).sum())]
+    rows.append(first_rows)
+    colsA.append(np.full(first_rows.size, b_col))
+    vals.append(np.full(first_rows.size, -one.input_memory / milp.memory_scale))
+    row_lb[first_rows] -= one.input_memory / milp.memory_scale
+    row_ub[first_rows] -= one.input_memory / milp.memory_scale
+    # Linearisation rows for z = B x.
+    base = A.shape[0]
+    k = np.arange(Z)
+    link_rows = [
+        (base + k, z_of[cols], 1.0, cols, -float(b_max), -np.inf, 0.0),  # z - Bmax x <= 0
+        (base + Z + k, z_of[cols], 1.0, None, None, -np.inf, 0.0),  # z - B <= 0
+        (base + 2 * Z + k, z_of[cols], 1.0, cols, -float(b_max), -float(b_max), np.inf),  # z - B - Bmax x >= -Bmax
+    ]
+    lbs, ubs = [row_lb], [row_ub]
+    for r, zc, zv, xc, xv, lo, up in link_rows:
+        rows += [r]
+        colsA += [zc]
+        vals += [np.full(Z, zv)]
+        if xc is not None:
+            rows.append(r)
+            colsA.append(xc)
+            vals.append(np.full(Z, xv))
+        lbs.append(np.full(Z, lo))
+        ubs.append(np.full(Z, up))
+    for r in (base + Z + k, base + 2 * Z + k):
+        rows.append(r)
+        colsA.append(np.full(Z, b_col))
+        vals.append(np.full(Z, -1.0))
+    total_rows = base + 3 * Z
+    A_new = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(colsA))),
+                          shape=(total_rows, N + Z + 1))
+    c = np.zeros(N + Z + 1)
+    c[b_col] = -1.0
+    lb = np.concatenate([p.lb, np.zeros(Z), [1.0]])
+    ub = np.concatenate([p.ub, np.full(Z, float(b_max)), [float(b_max)]])
+    ub[milp.U[milp.U >= 0]] = budget / milp.memory_scale
+    integrality = np.concatenate([p.integrality, np.zeros(Z, bool), [True]])
+    return MilpProblem(c, A_new, np.concatenate(lbs), np.concatenate(ubs), lb, ub, integrality)

@@ -1,0 +1,44 @@
+import pytest
+
+from remat.generators import random_training_graph
+from remat.graph import DFGraph, GraphError
+from remat.schedule import simulate
+from remat.strategies.maxbatch import cost_cap, max_batch_size
+
+
+def batched(seed, batch=8, params=100):
+    g = random_training_graph(4, seed)
+    return DFGraph(g.names, g.cost * batch, g.memory * batch, g.edges, g.loss, batch_size=batch,
+                   constant_memory=params)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("budget", [300, 700])
+def test_search_and_single_milp_agree_and_are_exact(seed, budget):
+    g = batched(seed)
+    search = max_batch_size(g, budget)
+    single = max_batch_size(g, budget, method="milp")
+    assert search.max_batch == single.max_batch
+    assert search.exact and single.exact
+    B = search.max_batch
+    sim = simulate(g.with_batch_size(B), search.schedule)
+    assert sim.valid and sim.peak_memory <= budget and sim.cost <= cost_cap(g.with_batch_size(B)) + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_milp_batch_at_least_every_baseline(seed):
+    g = batched(seed)
+    best = max_batch_size(g, 500).max_batch
+    for strategy in ("checkpoint_all", "checkpoint_last", "approx_lp_deterministic"):
+        assert max_batch_size(g, 500, strategy=strategy).max_batch <= best
+
+
+def test_no_feasible_batch_is_reported():
+    r = max_batch_size(batched(0), 101)
+    assert r.max_batch == 0 and "no batch size" in r.message
+
+
+def test_needs_batch_size():
+    g = random_training_graph(3, 0)
+    with pytest.raises(GraphError, match="batch"):
+        max_batch_size(DFGraph(g.names, g.cost, g.memory, g.edges, g.loss), 100)
