@@ -24,8 +24,9 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,8 @@ def layer_macs(node: Any, batch_size: int) -> float:
     if isinstance(layer, (L.DepthwiseConv1D, L.DepthwiseConv2D)):
         return float(np.prod(layer.kernel_size) * n_out)
     if isinstance(layer, (L.SeparableConv1D, L.SeparableConv2D)):
-        c_in = node.input_shapes[0][-1]
-        return float(np.prod(layer.kernel_size) * n_in[0] * layer.depth_multiplier + c_in * layer.depth_multiplier * n_out)
+        depthwise = np.prod(layer.kernel_size) * n_in[0] * layer.depth_multiplier
+        return float(depthwise + node.input_shapes[0][-1] * layer.depth_multiplier * n_out)
     if isinstance(layer, (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)):
         return float(np.prod(layer.kernel_size) * layer.filters * n_in[0])
     if isinstance(layer, (L.Conv1D, L.Conv2D, L.Conv3D)):

@@ -24,8 +24,9 @@ TensorFlow on this machine (``cost_model="profile"``, cached on disk).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
