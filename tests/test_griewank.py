@@ -101,3 +101,17 @@ def test_revolve_no_worse_than_chen_at_chens_memory(k: int) -> None:
 def test_non_chain_is_refused() -> None:
     with pytest.raises(GraphError, match="linear forward graph"):
         get_strategy("griewank_logn")(random_training_graph(8, 0, skip_probability=0.5), 1e9)
+
+
+@pytest.mark.parametrize("L", [2, 3, 4, 5])
+def test_revolve_is_optimal_on_unit_chains(L: int) -> None:
+    # Binomial checkpointing is optimal for unit chains; in our model too (exhaustive oracle).
+    from brute_force import BruteForce
+
+    g = linear_chain(L)
+    oracle = BruteForce(g)
+    for budget in range(3, L + 3):
+        best = oracle.solve(budget)
+        res = get_strategy("griewank_logn")(g, budget)
+        assert best is not None and res.has_schedule
+        assert res.cost == best[0], budget
