@@ -22,7 +22,16 @@ from remat.strategies.baselines import (
 from remat.strategies.checkpoint import no_recompute_peak
 from remat.strategies.result import Status
 
-BASELINES = ["chen_sqrtn", "chen_greedy", "ap_sqrtn", "ap_greedy", "linearized_sqrtn", "linearized_greedy"]
+BASELINES = [
+    "chen_sqrtn",
+    "chen_greedy",
+    "griewank_logn",
+    "ap_sqrtn",
+    "ap_greedy",
+    "linearized_sqrtn",
+    "linearized_greedy",
+]
+REFERENCE = ["vgg16", "vgg19", "mobilenet", "resnet50", "fcn8_vgg", "segnet", "vgg_unet"]
 CHAIN_ONLY = {"chen_sqrtn", "chen_greedy", "griewank_logn"}
 
 
@@ -198,3 +207,23 @@ def test_chen_equals_generalisations_on_vgg16() -> None:
     assert all(r.has_schedule for r in results)
     assert all(np.array_equal(r.schedule.R, results[0].schedule.R) for r in results)
     assert results[0].overhead(g) > 1.0
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("short", REFERENCE)
+def test_baselines_on_reference_graphs(short: str) -> None:
+    if not reference_graphs_available():
+        pytest.skip("reference graphs not found (set REMAT_GRAPHS_DIR or place ../shared/data/graphs)")
+    g = load_reference_graph(short)
+    budget = 0.8 * no_recompute_peak(g)
+    for name in BASELINES:
+        try:
+            res = get_strategy(name)(g, budget, grid_size=40)
+        except GraphError:
+            assert name in CHAIN_ONLY
+            continue
+        if res.has_schedule:
+            assert simulate(g, res.schedule, plan=False).peak_memory <= budget
+            assert res.overhead(g) >= 1.0
+        else:
+            assert res.status == Status.INFEASIBLE and res.min_feasible_budget > budget
