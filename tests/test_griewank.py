@@ -81,7 +81,7 @@ def test_strategy_derives_slots_from_bytes(slots: int) -> None:
     g = linear_chain(L, memory=4)
     res = get_strategy("griewank_logn")(g, 4 * (slots + 3))
     assert res.status == Status.FEASIBLE
-    assert res.stats["slots"] >= slots
+    assert res.stats["slots"] >= slots and res.stats["slots_from_bytes"] == slots
     assert res.cost == g.total_cost + revolve_cost(L + 1, slots + 1) - L
 
 

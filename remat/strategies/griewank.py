@@ -159,9 +159,11 @@ def solve_griewank_logn(graph: DFGraph, budget: float, **_: object) -> SolveResu
         if best_any is None or (entry[1], entry[0]) < (best_any[1], best_any[0]):
             best_any = entry
     chosen = best_in or best_any
-    return result_from_schedule(
-        "griewank_logn", graph, chosen[2], budget, time.perf_counter() - start, stats={"slots": chosen[3]}
-    )
+    largest = float(graph.memory[: graph.loss].max(initial=0))
+    # What uniform memory of the largest layer would allow; the scan above is exact.
+    estimate = int((budget - graph.constant_memory) // largest) - 3 if largest > 0 else graph.loss
+    stats = {"slots": chosen[3], "slots_from_bytes": max(estimate, -1)}
+    return result_from_schedule("griewank_logn", graph, chosen[2], budget, time.perf_counter() - start, stats=stats)
 
 
 register("griewank_logn", solve_griewank_logn)
