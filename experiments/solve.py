@@ -1,0 +1,133 @@
+"""The default experiment of run.py: one graph (or zoo model), one strategy, one budget.
+
+Prints a summary table and saves ``schedule.json``, ``summary.json`` and
+``summary.csv`` in Hydra's output directory. Every input is checked before any
+file is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from experiments.common import (
+    InputError,
+    MissingAPIError,
+    append_row,
+    format_bytes,
+    project_path,
+    resolve_budget,
+    write_rows,
+)
+from experiments.graphs import load_spec, model_graph
+from experiments.solving import RESULT_COLUMNS, lookup_strategy, result_row, solve_cell
+from experiments.tracking import Tracker
+
+
+def graph_from_config(cfg: Any) -> tuple[Any, str, str]:
+    """(graph, label, cost model) from ``graph=`` or ``model=``; exactly one must be given."""
+    from omegaconf import OmegaConf
+
+    model = cfg.get("model")
+    if cfg.get("graph") and model:
+        raise InputError("give either graph=<reference name | path.json> or model=<name>, not both")
+    if cfg.get("graph"):
+        return load_spec(str(cfg.graph)), str(cfg.graph), "reference"
+    if model:
+        spec = OmegaConf.to_container(model, resolve=True)
+        graph = model_graph(spec, cfg.cost_model.name, cfg.get("frontend", "torch"), cfg.paths.results)
+        return graph, f"model:{spec['name']}", cfg.cost_model.name
+    raise InputError("no graph given: pass graph=<reference name | path.json> (e.g. graph=vgg16) or model=<name> "
+                     "(e.g. model=unet)")
+
+
+def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    graph, label, cost_model = graph_from_config(cfg)
+    budget = resolve_budget(cfg.budget, graph)
+    name = cfg.strategy.name
+    lookup_strategy(name)  # an unknown strategy fails here, before anything is written
+    steps = int(cfg.get("train", {}).get("steps", 0) or 0)
+    trainer = _trainer() if steps > 0 else None
+    solver = OmegaConf.to_container(cfg.solver, resolve=True)
+    options = cfg.strategy.get("options")
+    extra = OmegaConf.to_container(options, resolve=True) if options is not None else {}
+    result = solve_cell(graph, name, budget, solver, int(cfg.seed), extra)
+    context = {"experiment": "solve", "graph": label, "model": cfg.model.name if cfg.get("model") else "",
+               "cost_model": cost_model, "platform": cfg.platform.name, "platform_memory": cfg.platform.memory}
+    row = result_row(graph, result, budget_spec=cfg.budget, solver=solver, seed=int(cfg.seed), context=context)
+    print(summary_table(row, graph))
+    if result.schedule is not None:
+        _atomic_write(output_dir / "schedule.json", lambda p: result.schedule.save(p))
+    _atomic_write(output_dir / "summary.json", lambda p: Path(p).write_text(json.dumps(row, indent=1, default=str)))
+    _atomic_write(output_dir / "summary.csv", lambda p: write_rows(Path(p), [row], RESULT_COLUMNS))
+    if cfg.get("record"):
+        append_row(project_path(cfg.paths.results) / f"{cfg.record}.csv", row, RESULT_COLUMNS)
+    Tracker(cfg.get("mlflow")).log("solve", row, [output_dir / "schedule.json", output_dir / "summary.json"],
+                                   run_name=f"{label}/{name}/{cfg.budget}")
+    if trainer is not None and result.schedule is not None:
+        _train(trainer, cfg, graph, result.schedule, steps)
+    print(f"saved to {output_dir}")
+    return row
+
+
+def summary_table(row: dict[str, Any], graph: Any) -> str:
+    def num(key: str, fmt: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    peak, budget = row.get("peak_memory"), row.get("budget")
+    share = f" ({peak / budget:.1%} of budget)" if peak is not None and budget else ""
+    lines = [
+        ("graph", f"{row['graph']} ({graph.n} nodes, cost unit {graph.cost_unit})"),
+        ("strategy", row["strategy"] + (f" [{row['solver']}]" if row.get("solver") else "")),
+        ("status", row["status"]),
+        ("cost", f"{num('cost', '.6g')} (checkpoint_all {graph.total_cost:.6g})"),
+        ("overhead vs checkpoint_all", "-" if row.get("overhead") is None else f"{row['overhead']:.4f}x"),
+        ("peak memory", f"{format_bytes(peak) if peak is not None else '-'}{share}"),
+        ("budget", f"{format_bytes(budget)} (spec {row['budget_spec']}; no-recompute peak "
+                   f"{format_bytes(row['no_recompute_peak'])})"),
+        ("solve time", f"{num('solve_time', '.3f')} s"),
+        ("gap", "-" if row.get("gap") is None else f"{row['gap']:.2%}"),
+    ]
+    if row.get("message"):
+        lines.append(("message", row["message"]))
+    width = max(len(k) for k, _ in lines)
+    rule = "-" * (width + 50)
+    return "\n".join([rule, *(f"{k:<{width}}  {v}" for k, v in lines), rule])
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    if tmp.exists():
+        tmp.unlink()
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _trainer() -> Any:
+    try:
+        import remat.frontends.torch as front
+    except ImportError:
+        front = None
+    fn = getattr(front, "train", None) if front is not None else None
+    if fn is None:
+        raise MissingAPIError("training with a schedule (train.steps > 0) is not available yet: "
+                              "remat.frontends.torch has no train() (issue 5); leave train.steps=0")
+    return fn
+
+
+def _train(fn: Any, cfg: Any, graph: Any, schedule: Any, steps: int) -> None:
+    if not cfg.get("model"):
+        raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train)")
+    from remat.models import get_model
+
+    options = {"model": get_model(cfg.model.name), "graph": graph, "schedule": schedule, "steps": steps,
+               "batch_size": int(cfg.model.batch_size)}
+    params = inspect.signature(fn).parameters
+    out = fn(**{k: v for k, v in options.items() if k in params})
+    print(f"trained {steps} steps with the schedule: {out}")
