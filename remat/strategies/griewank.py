@@ -99,25 +99,36 @@ def revolve_events(steps: int, slots: int) -> list[tuple[str, int]]:
 
 
 def revolve_s(graph: DFGraph, slots: int) -> np.ndarray:
-    """S for the binomial reversal of a linear training chain with ``slots`` snapshots of forward values."""
+    """S for the binomial reversal of a linear training chain with ``slots`` snapshots of forward values.
+
+    The adjoint that needs forward node ``i`` is the stage of ``i``'s first
+    backward reader: ``2L - i`` in :func:`~remat.generators.linear_chain` and in
+    the Keras reference chains. There the backward node of layer ``i - 1`` also
+    reads layer ``i``'s output, which min-R recomputes from ``i - 1`` on the way
+    (revolve's taping step), one extra forward step per adjoint.
+    """
     require_linear_forward(graph, "griewank_logn")
     n, L = graph.n, graph.loss
     S = np.zeros((n, n), bool)
-    for v in range(1, L + 1):
-        S[v, v - 1] = True  # forward chain, and the last layer into the loss
-    S[L + 1, L - 1] = True  # the working state x_L for the first adjoint
     for v in range(L, n):
         users = graph.users[v]
         if len(users):
             S[v + 1 : int(users[-1]) + 1, v] = True
+    if L == 0:
+        return S
+    first_reader = [min((int(u) for u in graph.users[i] if u > L), default=None) for i in range(L)]
+    for v in range(1, L + 1):
+        S[v, v - 1] = True  # forward chain, and the last layer into the loss
+    if first_reader[L - 1] is not None:
+        S[L + 1 : first_reader[L - 1] + 1, L - 1] = True  # the working state x_L for the first adjoint
     stored: dict[int, int] = {}
     pending: list[int] = []
     stage = None
     for kind, k in revolve_events(L + 1, slots + 1):
         if kind == "adjoint":
-            if k < 2:
-                continue  # reversing the input step: no node
-            stage = 2 * L - (k - 2)
+            if k < 2 or first_reader[k - 2] is None:
+                continue  # the input step, or a layer no backward node reads: no stage
+            stage = max(stage or 0, first_reader[k - 2])
             for node in pending:
                 stored[node] = stage
             pending = []
@@ -126,9 +137,8 @@ def revolve_s(graph: DFGraph, slots: int) -> np.ndarray:
                 stored[k - 1] = k - 1  # first sweep: computed in its own frontier stage
             else:
                 pending.append(k - 1)
-        else:
-            node = k - 1
-            S[stored.pop(node) + 1 : stage + 1, node] = True
+        elif k - 1 in stored:
+            S[stored.pop(k - 1) + 1 : stage + 1, k - 1] = True
     return S
 
 
