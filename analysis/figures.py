@@ -1,0 +1,190 @@
+"""The paper's figures from results/: Fig. 5, 6, 7, 1 and 3. Each returns the matplotlib Figure it saved."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.data import MissingResults, latest_cells, read, with_schedule
+from analysis.style import GIB, PLATFORM_STYLE, color, label, ordered, platform_label, save
+
+SWEEP_KEY = ["graph", "cost_model", "batch_size", "strategy", "solver", "time_limit", "budget_spec", "seed"]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(plt: Any, count: int, width: float = 4.4, height: float = 3.4) -> tuple[Any, np.ndarray]:
+    cols = min(3, count)
+    rows = math.ceil(count / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, axes.flat[:count]
+
+
+def _legend(fig: Any, axes: Any) -> None:
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(4, len(handles)), frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(handles) / 4)))
+
+
+def _platform(frame: pd.DataFrame) -> tuple[str, float] | None:
+    if "platform_memory" not in frame or frame["platform_memory"].dropna().empty:
+        return None
+    row = frame.dropna(subset=["platform_memory"]).iloc[0]
+    return str(row["platform"]), float(row["platform_memory"])
+
+
+def fig5_budget_sweep(results: Path, out: Path) -> Any:
+    """Fig. 5: overhead versus memory budget, one panel per graph, one line per strategy."""
+    plt = _plt()
+    frame = latest_cells(read(results, "budget_sweep"), SWEEP_KEY)
+    ok = with_schedule(frame)
+    graphs = list(dict.fromkeys(frame["graph"]))
+    fig, axes = _grid(plt, len(graphs))
+    for ax, graph in zip(axes, graphs):
+        sub = ok[ok["graph"] == graph]
+        for strategy in ordered(sub["strategy"]):
+            pts = sub[sub["strategy"] == strategy].groupby("budget", as_index=False)["overhead"].mean()
+            pts = pts.sort_values("budget")
+            ax.plot(pts["budget"] / GIB, pts["overhead"], marker="o", markersize=3, linewidth=1.2,
+                    color=color(strategy), label=label(strategy))
+        platform = _platform(frame[frame["graph"] == graph])
+        if platform:
+            ax.axvline(platform[1] / GIB, label=platform_label(*platform), **PLATFORM_STYLE)
+        info = frame[frame["graph"] == graph].iloc[0]
+        ax.set_title(f"{graph} (batch {info['batch_size']:.0f}, cost: {info['cost_unit']})", fontsize=9)
+        ax.set_xlabel("Memory budget (GiB)")
+        ax.set_ylabel("Overhead (× checkpoint-all cost)")
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    fig.suptitle("Computational overhead vs memory budget (Fig. 5)")
+    fig.tight_layout()
+    save(fig, out, "fig5_budget_sweep")
+    return fig
+
+
+def fig6_max_batch(results: Path, out: Path) -> Any:
+    """Fig. 6: maximum batch size per graph and strategy at the platform's memory."""
+    plt = _plt()
+    frame = latest_cells(read(results, "max_batch"), ["graph", "strategy", "solver", "time_limit", "platform"])
+    frame = frame[frame["max_batch"].notna()]
+    if frame.empty:
+        raise MissingResults(f"{results / 'max_batch.csv'} has no solved cells: run the max_batch stage first")
+    graphs = list(dict.fromkeys(frame["graph"]))
+    strategies = ordered(frame["strategy"])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(graphs) * max(1, len(strategies)) / 3), 4.0))
+    width = 0.8 / len(strategies)
+    for j, strategy in enumerate(strategies):
+        sub = frame[frame["strategy"] == strategy].set_index("graph")
+        values = [float(sub.loc[g, "max_batch"]) if g in sub.index else 0.0 for g in graphs]
+        ax.bar(np.arange(len(graphs)) + (j - (len(strategies) - 1) / 2) * width, values, width,
+               color=color(strategy), label=label(strategy))
+    ax.set_xticks(np.arange(len(graphs)), graphs, rotation=20)
+    ax.set_ylabel("Maximum batch size (samples)")
+    platform = _platform(frame)
+    ax.set_title("Maximum batch size at " + (platform_label(*platform) if platform else "the platform memory")
+                 + ", cost ≤ one extra forward pass (Fig. 6)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    save(fig, out, "fig6_max_batch")
+    return fig
+
+
+def fig7_schedules(results: Path, out: Path) -> Any:
+    """Fig. 7: R (computed) and S (checkpointed) matrices of each saved schedule."""
+    plt = _plt()
+    files = sorted((results / "schedules").glob("*.npz"))
+    if not files:
+        raise MissingResults(f"{results / 'schedules'} holds no schedules: run the schedules stage first "
+                             f"(`dvc repro schedules`)")
+    fig, axes = plt.subplots(len(files), 2, figsize=(8, 3.6 * len(files)), squeeze=False)
+    for row, path in zip(axes, files):
+        graph, strategy, budget = path.stem.split("__")
+        data = np.load(path)
+        for ax, key, what in zip(row, ("R", "S"), ("R: node computed in stage", "S: value kept into stage")):
+            ax.imshow(data[key], cmap="Greys", interpolation="nearest", aspect="auto")
+            ax.set_title(f"{graph}, {label(strategy)}, budget {budget}\n{what}", fontsize=8, color=color(strategy))
+            ax.set_xlabel("Node (layer id, forward then backward)")
+            ax.set_ylabel("Stage t")
+    fig.suptitle("Schedules: R and S matrices (Fig. 7)")
+    fig.tight_layout()
+    save(fig, out, "fig7_schedules")
+    return fig
+
+
+def fig1_memory(results: Path, out: Path) -> Any:
+    """Fig. 1: memory in use over the schedule, checkpoint-all against rematerialized schedules."""
+    plt = _plt()
+    frame = read(results, "schedules")
+    frame = frame[frame["memory"].notna()]
+    if frame.empty:
+        raise MissingResults(f"{results / 'schedules.csv'} holds no timelines: run the schedules stage first")
+    graphs = list(dict.fromkeys(frame["graph"]))
+    fig, axes = _grid(plt, len(graphs), 6.0, 3.8)
+    for ax, graph in zip(axes, graphs):
+        sub = frame[frame["graph"] == graph]
+        for strategy in ordered(sub["strategy"]):
+            line = sub[sub["strategy"] == strategy].sort_values("step")
+            ax.plot(line["cost_cum"], line["memory"] / GIB, color=color(strategy), linewidth=1.2,
+                    label=f"{label(strategy)} (budget {line['budget_spec'].iloc[0]})")
+        budgets = sub["budget"].dropna().unique()
+        for b in budgets:
+            ax.axhline(b / GIB, color="#999999", linestyle=":", linewidth=1.0, label=f"budget ({b / GIB:.1f} GiB)")
+        platform = _platform(sub)
+        if platform:
+            ax.axhline(platform[1] / GIB, label=platform_label(*platform), **PLATFORM_STYLE)
+        ax.set_xlabel("Elapsed compute (cumulative cost, graph cost units)")
+        ax.set_ylabel("Memory in use (GiB)")
+        ax.set_title(f"{graph}: memory over the schedule (Fig. 1)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save(fig, out, "fig1_memory")
+    return fig
+
+
+def fig3_activation_memory(results: Path, out: Path) -> Any:
+    """Fig. 3: activation versus parameter memory per model, with the platform memory line."""
+    plt = _plt()
+    frame = read(results, "activation_memory")
+    name_col = "model" if "model" in frame.columns else frame.columns[0]
+    act = [c for c in frame.columns if "activation" in c.lower() and pd.api.types.is_numeric_dtype(frame[c])]
+    par = [c for c in frame.columns if "param" in c.lower() and pd.api.types.is_numeric_dtype(frame[c])]
+    if not act or not par:
+        raise MissingResults(f"{results / 'activation_memory.csv'} lacks activation/parameter byte columns "
+                             f"(has {', '.join(frame.columns)}): re-run the activation_memory stage")
+    x = np.arange(len(frame))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(frame)), 4.0))
+    ax.bar(x - 0.2, frame[act[0]] / GIB, 0.4, color="#1f77b4", label="Activations (forward outputs kept for backward)")
+    ax.bar(x + 0.2, frame[par[0]] / GIB, 0.4, color="#ff7f0e", label="Parameters")
+    platform = _platform(frame)
+    if platform:
+        ax.axhline(platform[1] / GIB, label=platform_label(*platform), **PLATFORM_STYLE)
+    ax.set_xticks(x, frame[name_col], rotation=20)
+    ax.set_ylabel("Memory (GiB)")
+    ax.set_title("Activation vs parameter memory (Fig. 3)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    save(fig, out, "fig3_activation_memory")
+    return fig
+
+
+FIGURES = {"fig5": fig5_budget_sweep, "fig6": fig6_max_batch, "fig7": fig7_schedules, "fig1": fig1_memory,
+           "fig3": fig3_activation_memory}
