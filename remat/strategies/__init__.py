@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from remat.strategies.checkpoint import solve_checkpoint_all, solve_checkpoint_last
 from remat.strategies.result import SolveResult, Status
