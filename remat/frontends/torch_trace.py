@@ -129,6 +129,7 @@ def trace(
             f"untraceable part into a submodule and list it in leaf_modules"
         ) from exc
     gm = fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)
+    _redirect_mutated_reads(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise ExtractionError(
@@ -220,6 +221,29 @@ def _out_of_place(node: fx.Node) -> tuple[Any, str, dict]:
     return target, node.op, kwargs
 
 
+def _redirect_mutated_reads(gm: fx.GraphModule) -> None:
+    """Make data flow explicit for in-place ops: reads of ``x`` after ``x.add_(y)`` read that node instead.
+
+    fx records ``y = x.add_(z); f(x)`` with ``f`` reading ``x``; running ``add_``
+    out-of-place then needs ``f`` to read the ``add_`` node. (In-place writes into a
+    view of another tensor are not tracked.)
+    """
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op not in ("call_module", "call_function", "call_method") or not _is_inplace(gm, node):
+            continue
+        target = node.args[0] if node.args else None
+        if not isinstance(target, fx.Node):
+            continue
+        for user in list(target.users):
+            if user is not node and order[user] > order[node]:
+                user.replace_input_with(target, node)
+                changed = True
+    if changed:
+        gm.recompile()
+
+
 def _is_inplace(gm: fx.GraphModule, node: fx.Node) -> bool:
     if node.op == "call_module":
         return getattr(gm.get_submodule(node.target), "inplace", False) is True
@@ -303,14 +327,15 @@ def walk(
             tr.kind[node.name] = kind
             if kind == "graph" and _is_inplace(tr.gm, node):
                 tr.out_of_place.append(node.name)
-        if free:
+        if free and node.op != "output":
             for a in node.all_input_nodes:
-                if last_use.get(a.name) == node.name and a.op != "output":
+                if last_use.get(a.name) == node.name:
                     env.pop(a.name, None)
     out_arg = tr.output_node.args[0]
     if not isinstance(out_arg, fx.Node) or not isinstance(env.get(out_arg.name), torch.Tensor):
+        value = env.get(out_arg.name) if isinstance(out_arg, fx.Node) else out_arg
         raise ExtractionError(
-            f"{tr.name}.forward returns {type(env.get(out_arg.name, out_arg)).__name__}, not one tensor: "
+            f"{tr.name}.forward returns {type(value).__name__}, not one tensor: "
             f"wrap the model so forward(x) returns the logits tensor the loss reads"
         )
     return env[out_arg.name]

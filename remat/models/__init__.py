@@ -139,7 +139,9 @@ def zoo_graph(
     )
 
 
-def activation_memory_table(batch_sizes: Mapping[str, int] | int | None = None) -> list[dict[str, Any]]:
+def activation_memory_table(
+    batch_sizes: Mapping[str, int] | int | None = None, models: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Fig. 3's data: activation vs parameter memory per zoo model at the paper's batch sizes.
 
     ``batch_sizes`` overrides the batch per model (a mapping) or for all (an int).
@@ -148,10 +150,12 @@ def activation_memory_table(batch_sizes: Mapping[str, int] | int | None = None) 
     backward node reads (what checkpoint-all keeps through the loss),
     ``parameter_bytes`` the weights (their gradients take as much again), and
     ``input_bytes`` the input batch and loss target. Shapes only: each graph is
-    extracted on the meta device at batch 1 and rescaled.
+    extracted on the meta device at batch 1 and rescaled. ``models`` restricts the
+    table to some zoo models (default: all, in zoo order).
     """
     rows = []
-    for name, spec in SPECS.items():
+    for name in [canonical_name(m) for m in models] if models else list(SPECS):
+        spec = SPECS[name]
         if isinstance(batch_sizes, Mapping):
             batch = int(batch_sizes.get(name, spec.batch_size))
         else:
