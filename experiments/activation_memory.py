@@ -23,10 +23,8 @@ def main(cfg: Any, output_dir: Path) -> Path:
     import pandas as pd
 
     grid = settings(cfg)
-    table = pd.DataFrame(activation_memory_table())
     models = [str(m) for m in as_list(grid.get("models"))]
-    if models and "model" in table.columns:
-        table = table[table["model"].isin(models)]
+    table = pd.DataFrame(activation_memory_table(models=models or None))
     table["platform"], table["platform_memory"] = cfg.platform.name, cfg.platform.memory
     out = results_file(cfg, grid["name"])
     out.parent.mkdir(parents=True, exist_ok=True)

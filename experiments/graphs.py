@@ -109,10 +109,11 @@ def _torch_graph(model: dict[str, Any], cost_model: str) -> Any:
         ) from None
     h, w = _resolution(model)
     kwargs = dict(model.get("kwargs") or {})
+    if cost_model == "flops":
+        kwargs.setdefault("device", "meta")  # static FLOPs need shapes only: no parameter memory
     net = get_model(model["name"], **_accepted(get_model, kwargs))
     sample_shape = (int(model.get("channels", 3)), h, w)
-    graph = extract(net, sample_shape, int(model["batch_size"]), cost_model)
-    return graph
+    return extract(net, sample_shape, int(model["batch_size"]), cost_model=cost_model, name=model["name"])
 
 
 def _keras_graph(model: dict[str, Any], cost_model: str) -> Any:

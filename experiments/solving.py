@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from experiments.common import InputError, MissingAPIError, versions
+from experiments.common import PROJECT_ROOT, InputError, MissingAPIError, versions
 
 # Strategies that solve an LP/MILP and therefore take the solver options.
 SOLVER_STRATEGIES = frozenset({"ilp", "approx_lp_deterministic", "approx_lp_randomized"})
@@ -66,10 +66,51 @@ def missing_strategies(names: list[str]) -> list[str]:
     return [n for n in names if n not in known]
 
 
+# Cheap strategies whose best in-budget schedule seeds the MILP (warm_start: heuristic).
+WARM_START_FROM = ("checkpoint_all", "linearized_greedy", "ap_greedy", "chen_greedy", "griewank_logn",
+                   "ap_sqrtn", "linearized_sqrtn", "chen_sqrtn", "checkpoint_last")
+
+
+def config_options(name: str) -> dict[str, Any]:
+    """``options`` of ``conf/strategy/<name>.yaml`` (what sweeps use; run.py reads them through Hydra)."""
+    from omegaconf import OmegaConf
+
+    path = PROJECT_ROOT / "conf" / "strategy" / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    return dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True).get("options") or {})
+
+
+def best_heuristic_schedule(graph: Any, budget: float) -> Any:
+    """The cheapest in-budget schedule among :data:`WARM_START_FROM`, or None."""
+    from remat.strategies import STRATEGIES
+
+    best = None
+    for name in WARM_START_FROM:
+        if name not in STRATEGIES:
+            continue
+        try:
+            result = STRATEGIES[name](graph, budget)
+        except ValueError:  # e.g. a chain-only heuristic on a DAG with skip connections
+            continue
+        if result.has_schedule and (best is None or result.cost < best.cost):
+            best = result
+    return best.schedule if best is not None else None
+
+
 def solve_cell(graph: Any, name: str, budget: float, solver: dict[str, Any] | None = None,
                seed: int | None = None, extra: dict[str, Any] | None = None) -> Any:
-    """Run strategy ``name``; returns its SolveResult (exceptions propagate to the caller)."""
+    """Run strategy ``name``; returns its SolveResult (exceptions propagate to the caller).
+
+    ``extra`` defaults to the strategy's config options; ``warm_start: heuristic``
+    hands the best heuristic schedule to a strategy that takes a warm start.
+    """
     fn = lookup_strategy(name)
+    extra = dict(config_options(name) if extra is None else extra)
+    if extra.get("warm_start") == "heuristic":
+        extra["warm_start"] = best_heuristic_schedule(graph, budget)
+    elif extra.get("warm_start") in ("none", False):
+        extra.pop("warm_start")
     options = strategy_options(name, fn, solver, seed, extra)
     start = time.perf_counter()
     result = fn(graph, budget, **options)
