@@ -43,9 +43,10 @@ REFERENCE_NAMES = {
 }
 # Keras layer name -> reference node name, per zoo model.
 REFERENCE_RENAMES: dict[str, dict[str, str]] = {"resnet50": {"predictions": "probs"}}
-# For keras.applications models themselves (by class name): renames and reference nodes without a Keras 3 layer.
-KERAS_APPLICATIONS_RENAMES = {"MobileNet": {"predictions": "act_softmax"}, "ResNet50": {"predictions": "probs"}}
-KERAS_APPLICATIONS_MISSING = {"MobileNet": ("conv1_pad", "reshape_1")}
+# For the keras.applications models themselves (keyed by zoo name): renames, and reference nodes that have no
+# Keras 3 layer.
+KERAS_APPLICATIONS_RENAMES = {"mobilenet": {"predictions": "act_softmax"}, "resnet50": {"predictions": "probs"}}
+KERAS_APPLICATIONS_MISSING = {"mobilenet": ("conv1_pad", "reshape_1")}
 
 
 def build_zoo_model(name: str, input_shape: tuple[int, int, int] | None = None, classes: int | None = None) -> Any:
