@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from remat.frontends.torch import ExtractionError, extract
+from remat.graph import load_graph
 from remat.models import SPECS, get_model, zoo_graph
 from remat.schedule import simulate
 from remat.strategies.checkpoint import checkpoint_all_schedule
@@ -85,6 +86,17 @@ def test_mlp_graph_node_by_node():
     assert g.cost[7] == 2 * 16
     assert g.cost[10] == 2 * 2 * 4 * 8  # fc1: grad weight only, the model input needs no gradient
     assert g.cost[5] == 3 * 2 * 3  # loss floor: three per output element
+
+
+def test_dtype_and_json_round_trip(tmp_path):
+    g = extract(MLP(), (4,), batch_size=2, dtype=torch.bfloat16, name="mlp")
+    assert g.memory[0] == 2 * 8 * 2 and g.metadata["dtype"] == "bfloat16"
+    params = (4 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3) * 2
+    assert g.constant_memory == 2 * 4 * 2 + 2 * 8 + 2 * params
+    g.save(tmp_path / "mlp.json")
+    back = load_graph(tmp_path / "mlp.json")
+    assert back.names == g.names and np.array_equal(back.edges, g.edges) and np.array_equal(back.memory, g.memory)
+    assert back.metadata["fx_nodes"] == g.metadata["fx_nodes"] and back.metadata["cost_unit"] == "flop"
 
 
 # ---------------------------------------------------------------------- what autograd saves, op by op

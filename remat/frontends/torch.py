@@ -38,6 +38,8 @@ saved tensor is classified as one of ``u``'s arguments (edge from that node),
 (constant overhead, no edge) or an *extra* (max-pool indices, dropout masks):
 extras that grow with the batch are added to ``u``'s memory and also give the
 edge ``u -> u_backward``; per-channel extras (batch-norm statistics) are ignored.
+(An executor that recomputes a dropout node must replay its RNG state to get
+the same mask.)
 The behaviour this yields - ReLU/sigmoid keep their output; conv, linear,
 batch-norm keep their input; max-pool its input and indices; add, cat, flatten,
 view, upsampling keep nothing; mul keeps both inputs - is asserted op by op in
@@ -79,7 +81,7 @@ unless noted):
 * ``metadata["fx_out_of_place"]``, ``metadata["loss"]`` (``cross_entropy`` or
   ``mse``), ``metadata["output_shape"]``, ``metadata["model"]``,
   ``metadata["input_shape"]`` (C, H, W), ``metadata["dtype"]``,
-  ``metadata["device"]`` and ``metadata["cost_model"]``.
+  ``metadata["device"]``, ``metadata["cost_model"]`` and ``metadata["cost_unit"]``.
 """
 
 from __future__ import annotations
@@ -365,6 +367,7 @@ def _assemble(tr: Trace, st: Structure, st2: Structure, nc: Any, loss: str, batc
         "dtype": str(tr.dtype).replace("torch.", ""),
         "device": nc.device,
         "cost_model": nc.model,
+        "cost_unit": nc.unit,
         "cost_note": nc.note,
         "loss": loss,
         "output_shape": list(st.output_shape),
