@@ -11,6 +11,7 @@ from torch import nn
 from remat.frontends.torch import ExtractionError, extract
 from remat.graph import load_graph
 from remat.models import SPECS, get_model, zoo_graph
+from remat.reference import load_reference_graph, reference_graphs_available
 from remat.schedule import simulate
 from remat.strategies.checkpoint import checkpoint_all_schedule
 
@@ -258,6 +259,43 @@ def test_checkpoint_all_memory_matches_autograd(name):
     assert at_loss == proportional
     excess = sim.peak_memory - g.constant_memory - proportional
     assert 0 <= excess <= 2 * g.memory[L:].max()
+
+
+@pytest.mark.reference
+def test_vgg16_activation_sizes_match_the_reference_graph():
+    """Our VGG16 at the paper's batch and resolution against the Checkmate authors' Keras graph.
+
+    Keras fuses ReLU into each conv, so the reference's conv outputs are our ReLU
+    outputs; its dense layers are our Linear layers.
+    """
+    if not reference_graphs_available():
+        pytest.skip("reference graphs not found (set REMAT_GRAPHS_DIR or put them in ../shared/data/graphs)")
+    ref = load_reference_graph("vgg16")
+    g = zoo_graph("vgg16")
+    assert g.batch_size == 256
+    ref_conv = [int(ref.memory[i]) for i in range(ref.loss) if "_conv" in ref.names[i]]
+    ref_dense = [int(ref.memory[i]) for i in range(ref.loss) if ref.names[i] in ("fc1", "fc2", "predictions")]
+    ops = g.metadata["fx_ops"]
+    relu_after_conv = [int(g.memory[i + 1]) for i in range(g.loss) if ops[i] == "Conv2d"]
+    linear = [int(g.memory[i]) for i in range(g.loss) if ops[i] == "Linear"]
+    assert relu_after_conv == ref_conv and linear == ref_dense
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("name", ["unet", "fcn8", "segnet"])
+def test_segmentation_conv_outputs_match_the_reference_graph(name):
+    """Same architecture as the paper's Keras model: the multiset of conv output sizes is identical."""
+    if not reference_graphs_available():
+        pytest.skip("reference graphs not found (set REMAT_GRAPHS_DIR or put them in ../shared/data/graphs)")
+    ref = load_reference_graph(SPECS[name].reference)
+    g = zoo_graph(name)
+    ref_conv = sorted(
+        int(ref.memory[i])
+        for i in range(ref.loss)
+        if "conv" in ref.names[i] and "padding" not in ref.names[i] and "transpose" not in ref.names[i]
+    )
+    ours = sorted(int(g.memory[i]) for i in range(g.loss) if g.metadata["fx_ops"][i] == "Conv2d")
+    assert ours == ref_conv
 
 
 @pytest.mark.parametrize("name", ["mobilenet", "unet"])

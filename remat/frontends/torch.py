@@ -64,8 +64,12 @@ memory is exactly proportional to the batch when its output is
 (``batch_scaled``); hence ``graph.with_batch_size(B)`` equals a fresh extraction
 at ``B``. The model runs in training mode (batch statistics, active dropout).
 
-Mapping back to fx for an executor (all lists have one entry per graph node
-unless noted):
+Mapping back to fx for an executor. Re-create the traced module with
+``torch_trace.trace(model, sample_shape, leaf_modules=metadata["leaf_modules"])``
+(it applies the same in-place rewrite, so fx names and data flow match the
+graph) and run a copy from ``torch_trace.device_copy(tr.gm, device, dtype)``,
+which has in-place flags off. All lists have one entry per graph node unless
+noted:
 
 * ``graph.names``: the fx node name for forward nodes, ``"Loss"``, and
   ``"<fx name>_backward"``;
@@ -379,6 +383,7 @@ def _assemble(tr: Trace, st: Structure, st2: Structure, nc: Any, loss: str, batc
         "fx_aliases": {a: fid[p] for a, p in tr.alias_of.items() if p in fid},
         "fx_aux": {a: (fid[p] if p is not None else -1) for a, p in st.aux.items()},
         "fx_out_of_place": list(tr.out_of_place),
+        "leaf_modules": list(tr.leaf_modules),
         "structure": tr.fingerprint(),
     }
     return DFGraph(

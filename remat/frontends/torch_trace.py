@@ -56,6 +56,7 @@ class Trace:
     kind: dict[str, str]
     alias_of: dict[str, str] = field(default_factory=dict)
     out_of_place: list[str] = field(default_factory=list)
+    leaf_modules: list[str] = field(default_factory=list)  # names given as leaves (types are not recorded)
 
     @property
     def graph_nodes(self) -> list[fx.Node]:
@@ -112,6 +113,7 @@ def trace(
     """Symbolically trace ``model`` and classify its fx nodes (see the module docstring)."""
     if not isinstance(model, nn.Module):
         raise ExtractionError(f"extract needs a torch.nn.Module, got {type(model).__name__}")
+    leaf_modules = list(leaf_modules)
     tracer = _NamingTracer(leaf_modules)
     try:
         graph = tracer.trace(model)
@@ -136,7 +138,9 @@ def trace(
             f"{type(model).__name__}.forward takes {len(placeholders)} inputs; extract supports one input "
             f"tensor: wrap the model so forward(x) takes a single batch"
         )
-    return Trace(gm=gm, name=name or type(model).__name__, sample_shape=tuple(sample_shape), dtype=dtype, kind={})
+    leaves = [x for x in leaf_modules if isinstance(x, str)]
+    label = name or type(model).__name__
+    return Trace(gm=gm, name=label, sample_shape=tuple(sample_shape), dtype=dtype, kind={}, leaf_modules=leaves)
 
 
 # ---------------------------------------------------------------------- execution
