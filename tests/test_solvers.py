@@ -74,12 +74,12 @@ def test_gurobi_below_the_licence_limit_solves_and_above_returns_the_limit():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tiny_time_limit_returns_an_answer_not_an_exception(backend):
-    graph = random_training_graph(10, 0)  # 1,138 variables: inside Gurobi's licence, not solved in 0.05 s
-    milp = build_checkmate_milp(graph, 60.0)
-    out = solve_milp(milp.problem, backend, SolverOptions(time_limit=0.05, threads=1, mip_gap=0))
+    graph = random_training_graph(10, 0)  # 1,138 variables: inside Gurobi's licence; Gurobi needs ~14 s here
+    milp = build_checkmate_milp(graph, 47.0)
+    out = solve_milp(milp.problem, backend, SolverOptions(time_limit=0.2, threads=1, mip_gap=0))
     assert out.status in ("feasible", "time_limit"), out.message
     limit_time = out.stats["cpsat_time"] if backend == "cpsat" else out.time
-    assert limit_time < 1.0
+    assert limit_time < 1.5
     if out.status == "feasible":
         assert milp.schedule(out.x).R.shape == (graph.n, graph.n)
         assert out.bound is None or out.bound <= out.objective + 1e-9
