@@ -28,7 +28,7 @@ def _installed(name: str) -> bool:
 
 def _import_torch_side_first() -> None:
     triton_installed = _installed("triton")
-    if "tensorflow" in sys.modules and triton_installed and "triton" not in sys.modules:
+    if sys.modules.get("tensorflow") is not None and triton_installed and "triton" not in sys.modules:
         raise ImportError(
             "TensorFlow was imported before torch/torchvision/triton; in this environment a later "
             "'import torchvision' or torch.compile would then segfault. Import remat.frontends.keras "
