@@ -1,0 +1,133 @@
+"""analysis/: figures and tables from results/ alone, checked for content, not just existence."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from remat.generators import random_training_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # experiments/ and analysis/ sit beside remat/, outside the installed package
+    sys.path.insert(0, str(ROOT))
+
+from analysis.data import MissingResults  # noqa: E402
+from analysis.style import GIB, STRATEGY_COLORS, label  # noqa: E402
+
+STRATEGIES = ["checkpoint_all", "checkpoint_last", "approx_lp_deterministic", "ilp"]
+BUDGETS = ["span:0.3", "span:0.7", "1.0"]
+
+
+def _compose(results: Path, *overrides: str):  # type: ignore[no-untyped-def]
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"paths.results={results}", "mlflow.enabled=false", *overrides])
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (small) sweep and schedules run on a generated graph: the analysis inputs."""
+    from experiments.schedules import main as schedules
+    from experiments.sweep import run_grid
+
+    root = tmp_path_factory.mktemp("results")
+    graph = root / "rand6.json"
+    random_training_graph(6, seed=11).save(graph)
+    grid = ["experiment.profile=null", f"experiment.graphs=[{graph}]", "experiment.time_limit=20"]
+    run_grid(_compose(root, "experiment=budget_sweep", *grid, f"experiment.strategies=[{','.join(STRATEGIES)}]",
+                      f"experiment.budgets=[{','.join(repr(b) for b in BUDGETS)}]"))
+    shutil.copy(root / "budget_sweep.csv", root / "approx_ratio.csv")
+    schedules(_compose(root, "experiment=schedules", *grid, "experiment.strategies=[checkpoint_all,ilp]",
+                       "experiment.budgets=[span:0.5]"), root)
+    return root
+
+
+def test_fig5_lines_match_the_rows(results: Path, tmp_path: Path) -> None:
+    from analysis.figures import fig5_budget_sweep
+
+    fig = fig5_budget_sweep(results, tmp_path)
+    assert (tmp_path / "fig5_budget_sweep.png").stat().st_size > 5000 and (tmp_path / "fig5_budget_sweep.pdf").exists()
+    ax = fig.axes[0]
+    rows = pd.read_csv(results / "budget_sweep.csv")
+    solved = rows[rows["status"].isin(["optimal", "feasible"])]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    for strategy in solved["strategy"].unique():
+        line = lines[label(strategy)]
+        mine = solved[solved["strategy"] == strategy].sort_values("budget")
+        assert len(line.get_xdata()) == len(mine) > 0
+        np.testing.assert_allclose(line.get_xdata(), mine["budget"] / GIB)
+        np.testing.assert_allclose(line.get_ydata(), mine["overhead"])
+        assert line.get_color() == STRATEGY_COLORS[strategy]
+    assert any("memory" in k and "GiB" in k for k in lines), "platform memory reference line missing"
+    assert "GiB" in ax.get_xlabel() and "Overhead" in ax.get_ylabel()
+    assert lines[label("ilp")].get_ydata().min() >= 1.0 - 1e-9
+
+
+def test_fig1_and_fig7_from_schedules(results: Path, tmp_path: Path) -> None:
+    from analysis.figures import fig1_memory, fig7_schedules
+
+    ax = fig1_memory(results, tmp_path).axes[0]
+    curves = {line.get_label().split(" (budget")[0]: line for line in ax.get_lines()}
+    assert {label("checkpoint_all"), label("ilp")} <= set(curves)
+    budget = float(pd.read_csv(results / "schedules.csv")["budget"].iloc[0]) / GIB
+    assert curves[label("ilp")].get_ydata().max() <= budget * (1 + 1e-9)
+    assert curves[label("checkpoint_all")].get_ydata().max() > budget  # the remat schedule saves memory
+    assert curves[label("ilp")].get_color() == STRATEGY_COLORS["ilp"]  # same colour as in Fig. 5
+    fig = fig7_schedules(results, tmp_path)
+    images = [ax.get_images()[0].get_array() for ax in fig.axes if ax.get_images()]
+    assert len(images) == 4 and all(img.shape == (13, 13) and img.any() for img in images[::2])
+    assert (tmp_path / "fig7_schedules.pdf").exists() and (tmp_path / "fig1_memory.png").exists()
+
+
+def test_table2_geometric_mean_matches_rows(results: Path, tmp_path: Path) -> None:
+    from analysis.tables import table2_approx_ratio
+
+    table = table2_approx_ratio(results, tmp_path)
+    rows = pd.read_csv(results / "approx_ratio.csv")
+    ilp = rows[(rows["strategy"] == "ilp") & (rows["status"] == "optimal")].set_index("budget_spec")["cost"]
+    mine = rows[(rows["strategy"] == "approx_lp_deterministic") & rows["status"].isin(["optimal", "feasible"])]
+    mine = mine[mine["budget_spec"].isin(ilp.index)]
+    assert len(mine) > 0
+    expected = float(np.exp(np.mean(np.log(mine["cost"].to_numpy() / ilp[mine["budget_spec"]].to_numpy()))))
+    assert table.loc[label("approx_lp_deterministic")].iloc[0] == pytest.approx(expected)
+    assert expected >= 1 - 1e-9
+    md = (tmp_path / "table2_approx_ratio.md").read_text()
+    assert label("approx_lp_deterministic") in md and f"{expected:.3f}" in md
+    assert r"\begin{tabular}" in (tmp_path / "table2_approx_ratio.tex").read_text()
+
+
+def test_fig6_and_fig3_bars_follow_the_csv(tmp_path: Path) -> None:
+    from analysis.figures import fig3_activation_memory, fig6_max_batch
+
+    pd.DataFrame({"graph": ["a", "a", "b", "b"], "strategy": ["checkpoint_all", "ilp"] * 2,
+                  "solver": ["", "highs"] * 2, "time_limit": [None, 10] * 2, "platform": "v100_16gb",
+                  "platform_memory": 16 * GIB, "status": "feasible", "max_batch": [100, 180, 40, 90]}
+                 ).to_csv(tmp_path / "max_batch.csv", index=False)
+    ax = fig6_max_batch(tmp_path, tmp_path).axes[0]
+    heights = {(p.get_label(), round(p.get_x(), 3)): p.get_height() for p in ax.patches}
+    assert sorted(heights.values()) == [40, 90, 100, 180]
+    assert {c.get_label() for c in ax.containers} == {label("checkpoint_all"), label("ilp")}
+    pd.DataFrame({"model": ["m1", "m2"], "activation_bytes": [20 * GIB, 30 * GIB],
+                  "parameter_bytes": [GIB // 2, GIB], "platform": "v100_16gb", "platform_memory": 16 * GIB}
+                 ).to_csv(tmp_path / "activation_memory.csv", index=False)
+    ax = fig3_activation_memory(tmp_path, tmp_path).axes[0]
+    assert sorted(p.get_height() for p in ax.patches) == [0.5, 1.0, 20.0, 30.0]
+    assert any(line.get_ydata()[0] == 16.0 for line in ax.get_lines())  # the platform line, in GiB
+
+
+def test_missing_inputs_name_the_stage(tmp_path: Path) -> None:
+    from analysis.figures import fig5_budget_sweep
+
+    with pytest.raises(MissingResults, match="run the budget_sweep stage first"):
+        fig5_budget_sweep(tmp_path, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "analysis", "fig6", "--results", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "run the max_batch stage first" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
