@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from experiments.common import InputError, as_list, write_rows
+from experiments.common import PROJECT_ROOT, InputError, as_list, write_rows
 from experiments.graphs import _torch_graph, current_device, model_config, profile_path
 from experiments.sweep import results_file, settings
 
@@ -47,8 +47,15 @@ def main(cfg: Any, output_dir: Path) -> Path:
         rows.append({"model": name, "resolution": "x".join(str(r) for r in spec["resolution"]),
                      "batch_size": spec["batch_size"], "device": current_device(), "device_name": device_name(),
                      "n_nodes": graph.n, "total_cost": graph.total_cost, "cost_unit": graph.cost_unit,
-                     "seconds": time.perf_counter() - start, "path": str(path),
+                     "seconds": time.perf_counter() - start, "path": _relative(path),
                      "timestamp": datetime.now(UTC).isoformat(timespec="seconds")})
     out = results_file(cfg, grid["name"])
     write_rows(out, rows, COLUMNS)
     return out
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
