@@ -33,8 +33,8 @@ from experiments.tracking import Tracker
 
 log = logging.getLogger(__name__)
 COLUMNS = ["experiment", "profile", "graph", "cost_unit", "n_nodes", "strategy", "solver", "time_limit", "platform",
-           "platform_memory", "graph_batch_size", "status", "max_batch", "cost", "solve_time", "message",
-           "remat_version", "solver_version", "torch_version", "timestamp"]
+           "platform_memory", "graph_batch_size", "status", "max_batch", "smallest_infeasible", "cost", "solve_time",
+           "message", "remat_version", "solver_version", "torch_version", "timestamp"]
 KEY = ["graph", "strategy", "solver", "time_limit", "platform"]
 
 
@@ -109,7 +109,7 @@ def _unpack(answer: Any) -> dict[str, Any]:
         if getattr(answer, name, None) is not None:
             out["max_batch"] = int(getattr(answer, name))
             break
-    for name in ("status", "cost", "solve_time", "message"):
+    for name in ("status", "cost", "solve_time", "message", "smallest_infeasible"):
         value = getattr(answer, name, None)
         if value is not None:
             out[name] = str(value) if name in ("status", "message") else value
