@@ -172,7 +172,8 @@ def integral_model(problem: MilpProblem) -> IntegralModel:
     g_nz = in_g[row_of]
     if in_g.any():
         eq_g = np.flatnonzero(in_g & equality)
-        L, ok = _common_scale(np.concatenate([B.data[g_nz & ~cont_nz], lo[eq_g]]))
+        # g_j joins the denominators so that L g_j is a whole number: the lattice of x_j contains the integers.
+        L, ok = _common_scale(np.concatenate([B.data[g_nz & ~cont_nz], lo[eq_g], g[continuous]]))
         row_scale[in_g] = L
         exact_rows[in_g] = ok
         if not ok:
