@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("targets", nargs="*", default=["all"], help=f"all or any of: {', '.join(TARGETS)}")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="folder holding the experiment CSVs")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <results>/figures, tables)")
+    parser.add_argument("--mlflow-uri", default=None, help="MLflow store for the figures (default: the project's)")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not log the figures and tables to MLflow")
     args = parser.parse_args(argv)
     names = list(TARGETS) if args.targets == ["all"] else args.targets
     unknown = [t for t in names if t not in TARGETS]
@@ -29,13 +31,28 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         out = args.out or (args.results / ("figures" if name in FIGURES else "tables"))
         try:
+            before = _stamps(out)
             TARGETS[name](args.results, out)
             print(f"{name}: written to {out}")
+            if not args.no_mlflow:
+                _log(name, [p for p, t in _stamps(out).items() if before.get(p) != t], args)
         except MissingResults as exc:
             failed += 1
             print(f"error: {name}: {exc}", file=sys.stderr)
     # "all" tolerates missing stages (reports them); naming a target demands it.
     return 1 if failed and (args.targets != ["all"] or failed == len(names)) else 0
+
+
+def _stamps(folder: Path) -> dict[Path, float]:
+    return {p: p.stat().st_mtime for p in folder.glob("*") if p.is_file()} if folder.is_dir() else {}
+
+
+def _log(name: str, paths: list[Path], args: argparse.Namespace) -> None:
+    # The figures are artifacts of an "analysis" MLflow run, next to the runs that produced their data.
+    sys.path.insert(0, str(ROOT))
+    from experiments.tracking import Tracker
+
+    Tracker({"uri": args.mlflow_uri}).log_files("analysis", name, sorted(paths), {"results": args.results})
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class Tracker:
         cfg = cfg or {}
         self.enabled = bool(cfg.get("enabled", True))
         self.uri = cfg.get("uri") or default_uri()
-        self.artifacts = str(project_path(cfg.get("artifacts") or "mlartifacts"))
+        self.artifacts = str(project_path(cfg.get("artifacts") or _beside_store(self.uri)))
         self._experiments: dict[str, str] = {}
         self._mlflow: Any = None
 
@@ -74,6 +74,19 @@ class Tracker:
                     raise
                 time.sleep(0.5 * (attempt + 1))
 
+    def log_files(self, experiment: str, run_name: str, paths: list[Path],
+                  params: dict[str, Any] | None = None) -> None:
+        """One run holding ``paths`` as artifacts (the figures and tables of ``python -m analysis``)."""
+        if not self.enabled:
+            return
+        mlflow = self._client()
+        with mlflow.start_run(experiment_id=self._experiment_id(experiment), run_name=run_name):
+            if params:
+                mlflow.log_params({k: _param(v) for k, v in params.items()})
+            for path in paths:
+                if Path(path).is_file():
+                    mlflow.log_artifact(str(path))
+
     def _log_once(self, experiment: str, row: dict[str, Any], artifacts: list[Path], run_name: str | None) -> None:
         mlflow = self._client()
         with mlflow.start_run(experiment_id=self._experiment_id(experiment), run_name=run_name):
@@ -87,6 +100,13 @@ class Tracker:
             for path in artifacts:
                 if Path(path).is_file():
                     mlflow.log_artifact(str(path))
+
+
+def _beside_store(uri: str) -> str:
+    """Artifacts default to ``mlartifacts/`` next to a SQLite store (the project's: ``<project>/mlartifacts``)."""
+    if uri.startswith("sqlite:///"):
+        return str(Path(uri[len("sqlite:///"):]).parent / "mlartifacts")
+    return "mlartifacts"
 
 
 def _param(value: Any) -> str:

@@ -127,7 +127,7 @@ def test_missing_inputs_name_the_stage(tmp_path: Path) -> None:
 
     with pytest.raises(MissingResults, match="run the budget_sweep stage first"):
         fig5_budget_sweep(tmp_path, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "analysis", "fig6", "--results", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "analysis", "fig6", "--results", str(tmp_path), "--no-mlflow"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "run the max_batch stage first" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -196,10 +196,13 @@ def test_quick_sweep_on_a_reference_graph_end_to_end(tmp_path: Path, mlflow_temp
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
     assert len(mlflow.search_runs(experiment_names=["budget_sweep"])) == 4
-    proc = subprocess.run([sys.executable, "-m", "analysis", "fig5", "--results", str(tmp_path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "analysis", "fig5", "--results", str(tmp_path),
+                           "--mlflow-uri", f"sqlite:///{tmp_path}/m.db"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "figures" / "fig5_budget_sweep.png").stat().st_size > 10_000
+    figure_runs = mlflow.search_runs(experiment_names=["analysis"])
+    assert len(figure_runs) == 1 and len(list(tmp_path.rglob("mlartifacts/**/fig5_budget_sweep.pdf"))) == 1
     from analysis.figures import fig5_budget_sweep
 
     ax = fig5_budget_sweep(tmp_path, tmp_path / "figs").axes[0]
