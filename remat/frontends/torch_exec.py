@@ -110,7 +110,15 @@ class ScheduleExecutor:
     valid under ``simulate()``, and the model traces to the graph's nodes.
     """
 
-    def __init__(self, model: nn.Module, graph: DFGraph, schedule: Schedule, *, check_accounting: bool = True) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        graph: DFGraph,
+        schedule: Schedule,
+        *,
+        check_accounting: bool = True,
+        leaf_modules: tuple = (),
+    ) -> None:
         _check_graph(graph)
         if not isinstance(schedule, Schedule):
             raise ExecutionError(f"schedule must be a remat.schedule.Schedule, got {type(schedule).__name__}")
@@ -128,16 +136,17 @@ class ScheduleExecutor:
         self.model, self.graph, self.schedule, self.simulation = model, graph, schedule, sim
         self.check_accounting = check_accounting
         self.loss_kind = graph.metadata["loss"]
-        self._build(model, graph)
+        self._build(model, graph, tuple(leaf_modules))
         self.steps = 0
 
     # ------------------------------------------------------------------ set-up
-    def _build(self, model: nn.Module, graph: DFGraph) -> None:
+    def _build(self, model: nn.Module, graph: DFGraph, leaf_modules: tuple) -> None:
         from remat.frontends.torch import probe
 
         md = graph.metadata
         shape = tuple(md["input_shape"])
-        tr = trace(model, shape, name=graph.name)
+        # The graph does not record extract()'s leaf_modules, so the caller passes the same ones again.
+        tr = trace(model, shape, name=graph.name, leaf_modules=leaf_modules)
         st = probe(tr, graph.batch_size, self.loss_kind)
         L = graph.loss
         _check_model(tr, st, graph)
