@@ -3,6 +3,7 @@
 CP-SAT runs in a child process (about a second to start), so its cases are few and small.
 """
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -126,6 +127,25 @@ def test_integral_model_is_exact_on_vgg16():
     assert im.exact, im.notes
     assert im.col_scale.max() == 3288334336 // 1024  # largest tensor / gcd of all tensor sizes
     check_vector_round_trip(milp, im, checkpoint_all_schedule(graph))
+
+
+def test_byte_sized_memory_with_a_scalar_loss_is_exact_and_matches_highs():
+    # Activation sizes of a batch-256 CNN and a 4-byte loss: largest / gcd = 205,520,896 > 2**26.
+    graph = random_training_graph(4, 3)
+    numel = np.random.default_rng(0).choice([64 * 56 * 56, 256 * 56 * 56, 128 * 28 * 28, 2048 * 7 * 7, 1000], graph.n)
+    memory = 4 * 256 * numel
+    memory[graph.loss] = 4
+    graph = dataclasses.replace(graph, memory=memory)
+    milp = build_checkmate_milp(graph, float(memory.sum()))  # checkpoint_all fits: round-trip its vector
+    im = integral_model(milp.problem)
+    assert im.exact, im.notes
+    assert im.col_scale.max() == milp.memory_scale / 4
+    check_vector_round_trip(milp, im, checkpoint_all_schedule(graph))
+    budget = 0.6 * float(memory.sum())
+    expected = solve_ilp(graph, budget, mip_gap=0)
+    result = solve_ilp(graph, budget, mip_gap=0, backend="cpsat", threads=2)
+    assert result.status == expected.status == Status.OPTIMAL, result.message
+    assert result.cost == pytest.approx(expected.cost) and result.peak_memory <= budget
 
 
 def check_vector_round_trip(milp, im, schedule):

@@ -7,7 +7,11 @@ optimal for the model that was given.
 
 * Every coefficient is recovered as a fraction with denominator <= 2**26
   (accepted only when it equals the float to within two ulps) and each row is
-  multiplied by the least common multiple of its denominators. Rows holding
+  multiplied by the least common multiple of its denominators; failing that, by
+  ``k / (a small coefficient)`` when that makes every coefficient integral to
+  float precision (memory rows with a tiny tensor, see :func:`_anchored_scale`).
+  "Exact" thus means exact for the data read as those ratios - which is what
+  Checkmate's coefficients (integer byte counts over the largest) are. Rows holding
   continuous columns share one multiplier ``L`` so that a continuous column
   ``x_j`` can become an integer ``y_j = L g_j x_j`` (``g_j`` the rational gcd of
   its coefficients). For Checkmate's memory rows (``M_k = bytes_k / max bytes``)
@@ -19,6 +23,11 @@ optimal for the model that was given.
   ``U[t,k] = U[t,k-1] + ...`` chain). This is checked, not assumed.
 * Inequality bounds are rounded inward (the scaled left side is an integer),
   equality bounds must come out integral.
+
+CP-SAT itself runs in a child process: OR-Tools and highspy each bundle a
+different ``libhighs.so.1`` under the same soname, so whichever is imported
+second in a process fails to load, and the default HiGHS backend must keep
+working here. The child costs about a second to start.
 
 When any step is not exact (a coefficient with no small denominator, a
 continuous column not implied integral, an infinite bound clipped), the model is
@@ -99,16 +108,40 @@ def _denominators(values: np.ndarray) -> np.ndarray:
 
 def _common_scale(values: np.ndarray) -> tuple[float, bool]:
     """The least multiplier making every value integral (exact), else a power of two (rounded)."""
-    values = values[values != 0]
-    if values.size == 0:
+    unique = np.unique(np.abs(values[values != 0]))
+    if unique.size == 0:
         return 1.0, True
-    biggest = float(np.abs(values).max())
-    dens = _denominators(values)
+    biggest = float(unique[-1])
+    dens = _denominators(unique)
     if (dens > 0).all():
         L = math.lcm(*np.unique(dens).tolist())
         if L * biggest <= MAX_COEFFICIENT:
             return float(L), True
+    L = _anchored_scale(unique)
+    if L is not None:
+        return L, True
     return 2.0 ** math.floor(math.log2(MAX_COEFFICIENT / biggest)), False
+
+
+def _anchored_scale(unique: np.ndarray) -> float | None:
+    """A multiplier found from a small value, for common denominators above ``MAX_DENOMINATOR``.
+
+    Memory coefficients are sizes over the largest size; with a tiny tensor (a scalar loss of 4 bytes)
+    their common denominator (largest size / gcd of sizes) is too large to recover value by value, but
+    it is ``k / smallest value`` for a small ``k``. Accepted only if it makes every value integral to
+    within float error, which a wrong multiplier does by chance with negligible probability.
+    """
+    for anchor in unique[:4].tolist():
+        for k in range(1, 65):
+            L = round(k / anchor)
+            if L * unique[-1] > MAX_COEFFICIENT:
+                break
+            if L < 1:
+                continue
+            scaled = L * unique
+            if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 + 16 * np.spacing(scaled)):
+                return float(L)
+    return None
 
 
 def _rational_gcd(values: np.ndarray) -> float | None:
@@ -251,9 +284,7 @@ def _implied_integral(A: sp.csr_matrix, equality: np.ndarray, continuous: np.nda
     return bool(implied.all())
 
 
-# OR-Tools and highspy each ship a different libhighs.so.1 under the same soname, so whichever is loaded
-# second in a process fails to import. CP-SAT therefore always runs in a child process, which keeps the
-# default HiGHS backend usable in this one.
+# Run in a child process: OR-Tools and highspy cannot share one (see the module docstring).
 _WORKER = "from remat.solvers.cpsat import _worker; _worker()"
 
 
