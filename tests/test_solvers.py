@@ -73,6 +73,15 @@ def test_gurobi_below_the_licence_limit_solves_and_above_returns_the_limit():
     assert "solver=highs" in big.message and "\n" not in big.message
 
 
+def test_gurobi_infeasible_or_unbounded_is_resolved_to_infeasible():
+    # x + y >= 1 and x + y <= 0 with free columns and a free improving direction: presolve says INF_OR_UNBD.
+    problem = MilpProblem(np.array([0.0, 0.0, -1.0]), sp.csr_matrix(np.array([[1.0, 1, 0], [1, 1, 0]])),
+                          np.array([1.0, -np.inf]), np.array([np.inf, 0.0]), np.full(3, -np.inf), np.full(3, np.inf),
+                          np.array([True, True, False]))
+    out = solve_milp(problem, "gurobi")
+    assert out.status == "infeasible" and out.stats["resolved_without_dual_reductions"]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tiny_time_limit_returns_an_answer_not_an_exception(backend):
     graph = random_training_graph(10, 0)  # 1,138 variables: inside Gurobi's licence; Gurobi needs ~14 s here

@@ -81,7 +81,8 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
     try:
         model.optimize(callback)
         status = model.Status
-        if status == GRB.INF_OR_UNBD:
+        resolved = status == GRB.INF_OR_UNBD
+        if resolved:
             # Presolve's dual reductions could not tell the two apart; a second run without them can.
             params.DualReductions = 0
             model.reset()
@@ -95,7 +96,9 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
         return SolverOutput("error", time=elapsed, message=f"Gurobi error {exc.errno}: {exc.message}",
                             stats={"gurobi_error": exc.errno})
     elapsed = time.perf_counter() - start
-    return _output(model, x, status, is_mip, elapsed, GRB)
+    out = _output(model, x, status, is_mip, elapsed, GRB)
+    out.stats["resolved_without_dual_reductions"] = resolved
+    return out
 
 
 def _add_rows(model, x, problem: MilpProblem, GRB) -> int:
