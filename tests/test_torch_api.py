@@ -1,0 +1,125 @@
+"""remat.torch.optimize: both training styles equal plain PyTorch training, save/load, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_executor import ATOL, RTOL, SHAPE, Net, assert_same_training_state
+
+import remat.torch as rt
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def pair(seed: int = 0):
+    torch.manual_seed(seed)
+    model, ref = Net(), Net()
+    ref.load_state_dict(model.state_dict())
+    return model, ref
+
+
+def batches(n: int, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(2, *SHAPE, generator=g), torch.randint(0, 5, (2,), generator=g)) for _ in range(n)]
+
+
+def test_step_style_trains_like_plain_pytorch():
+    model, ref = pair()
+    m = rt.optimize(model, batches(1)[0][0], budget=0.9, strategy="ilp", time_limit=20)
+    assert m.schedule.R.sum() > m.graph.n  # the schedule recomputes something
+    opt, opt_ref = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(batches(3)):
+        opt.zero_grad()
+        opt_ref.zero_grad()
+        torch.manual_seed(10 + i)
+        loss = m.step(x, y)
+        torch.manual_seed(10 + i)
+        loss_ref = F.cross_entropy(ref(x), y)
+        loss_ref.backward()
+        assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-6)
+        assert_same_training_state(model, ref)
+        opt.step()
+        opt_ref.step()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=RTOL, atol=ATOL)
+    assert int(model.bn.num_batches_tracked) == 3
+    assert m.last_step.tracked_peak == m.last_step.predicted_peak == m.result.peak_memory
+
+
+def test_module_style_with_any_loss_is_exact():
+    model, ref = pair()
+    x, y = batches(1)[0]
+    m = rt.optimize(model, x, budget=1.0, strategy="checkpoint_last")
+    assert m.schedule.R.sum() > 2 * m.graph.n
+
+    def smooth_ce(out):  # a loss other than the graph's own: its gradient reaches the Loss node
+        return F.cross_entropy(out, y, label_smoothing=0.1) + 0.01 * out.pow(2).mean()
+
+    torch.manual_seed(3)
+    out = m(x)
+    loss = smooth_ce(out)
+    loss.backward()
+    torch.manual_seed(3)
+    out_ref = ref(x)
+    smooth_ce(out_ref).backward()
+    assert torch.allclose(out, out_ref, rtol=RTOL, atol=ATOL)
+    assert_same_training_state(model, ref)
+    assert m.last_step.recomputes > 0 and m.last_step.accounting_mismatches == []
+
+
+def test_inference_runs_the_plain_model():
+    model, _ = pair()
+    x, _ = batches(1)[0]
+    m = rt.optimize(model, x, budget=1.0, strategy="checkpoint_all")
+    m.eval()
+    with torch.no_grad():
+        assert torch.equal(m(x), model(x))
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model, ref = pair()
+    x, y = batches(1)[0]
+    m = rt.optimize(model, x, budget=0.9, strategy="ilp", time_limit=20)
+    path = tmp_path / "net.schedule.json"
+    m.save(path)
+    again = rt.load(path, ref)
+    assert (again.schedule.R == m.schedule.R).all() and (again.schedule.S == m.schedule.S).all()
+    assert again.result.peak_memory == m.result.peak_memory
+    torch.manual_seed(4)
+    a = m.step(x, y)
+    torch.manual_seed(4)
+    b = again.step(x, y)
+    assert a.item() == b.item()
+    assert_same_training_state(model, ref)
+    with pytest.raises(rt.RematError, match="was solved for model 'Net'"):
+        rt.load(path, Net(width=6))
+    (tmp_path / "junk.json").write_text('{"format": "other"}')
+    with pytest.raises(rt.RematError, match="not a schedule saved by remat.torch"):
+        rt.load(tmp_path / "junk.json", ref)
+
+
+def test_summary_names_strategy_budget_and_peak():
+    model, _ = pair()
+    x, y = batches(1)[0]
+    m = rt.optimize(model, x, budget=0.9, strategy="ilp", time_limit=20)
+    m.step(x, y)
+    text = m.summary()
+    assert "strategy ilp" in text and "predicted peak" in text and "last step" in text
+
+
+def test_bad_budget_and_infeasible_budget_are_explained():
+    model, _ = pair()
+    x, _ = batches(1)[0]
+    with pytest.raises(rt.RematError, match="budget must be bytes"):
+        rt.optimize(model, x, budget=-1)
+    with pytest.raises(rt.RematError, match="found no schedule .* raise the budget"):
+        rt.optimize(model, x, budget=0.2, strategy="checkpoint_last")
+    with pytest.raises(rt.RematError, match="sample must be an input batch"):
+        rt.optimize(model, [1, 2], budget=0.9)
