@@ -9,6 +9,7 @@ sweep records it like any other result; a missing ``gurobipy`` raises
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -74,8 +75,9 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
     if options.on_incumbent is not None and is_mip:
         def callback(cb_model, where: int) -> None:
             if where == GRB.Callback.MIPSOL:
+                bound = cb_model.cbGet(GRB.Callback.MIPSOL_OBJBND)
                 options.on_incumbent(cb_model.cbGet(GRB.Callback.RUNTIME), cb_model.cbGet(GRB.Callback.MIPSOL_OBJ),
-                                     cb_model.cbGet(GRB.Callback.MIPSOL_OBJBND))
+                                     bound if abs(bound) < GRB.INFINITY else math.copysign(math.inf, bound))
 
     start = time.perf_counter()
     try:
