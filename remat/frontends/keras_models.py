@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from remat.frontends._keras_env import keras
@@ -47,6 +48,19 @@ REFERENCE_RENAMES: dict[str, dict[str, str]] = {"resnet50": {"predictions": "pro
 # Keras 3 layer.
 KERAS_APPLICATIONS_RENAMES = {"mobilenet": {"predictions": "act_softmax"}, "resnet50": {"predictions": "probs"}}
 KERAS_APPLICATIONS_MISSING = {"mobilenet": ("conv1_pad", "reshape_1")}
+
+
+def keras_applications_renames(zoo_name: str, model: Any) -> dict[str, str]:
+    """Keras layer name -> reference node name for a ``keras.applications`` model of our zoo.
+
+    Besides :data:`KERAS_APPLICATIONS_RENAMES`, Keras 3 MobileNet's pooling layer is auto-named, so a second
+    model built in one process calls it ``global_average_pooling2d_1``; it maps back to the reference name.
+    """
+    renames = dict(KERAS_APPLICATIONS_RENAMES.get(zoo_name, {}))
+    for layer in model.layers:
+        if isinstance(layer, L.GlobalAveragePooling2D) and re.fullmatch(r"global_average_pooling2d_\d+", layer.name):
+            renames[layer.name] = "global_average_pooling2d"
+    return renames
 
 
 def build_zoo_model(name: str, input_shape: tuple[int, int, int] | None = None, classes: int | None = None) -> Any:

@@ -15,9 +15,9 @@ from remat.frontends import keras as rk  # imports torch/torchvision/triton befo
 from remat.frontends._keras_env import keras
 from remat.frontends.keras_models import (
     KERAS_APPLICATIONS_MISSING,
-    KERAS_APPLICATIONS_RENAMES,
     REFERENCE_NAMES,
     build_zoo_model,
+    keras_applications_renames,
 )
 from remat.graph import DFGraph
 from remat.reference import load_reference_graph, reference_graphs_available
@@ -68,15 +68,16 @@ def without_nodes(ref: DFGraph, drop: set[str]) -> tuple[list[str], set[tuple[st
 def test_keras_applications_match_reference_exactly(name):
     ref = load_reference_graph(name)
     model = APPLICATIONS[name](weights=None)
-    ours = rk.extract(model, ref.batch_size, renames=KERAS_APPLICATIONS_RENAMES.get(name))
+    ours = rk.extract(model, ref.batch_size, renames=keras_applications_renames(name, model))
     assert_same_graph(ours, ref)
 
 
 @needs_reference
 def test_keras_applications_mobilenet_matches_except_keras2_only_layers():
     ref = load_reference_graph("mobilenet")
+    keras.applications.MobileNet(weights=None)  # a second build in one process gets auto-name suffixes
     model = keras.applications.MobileNet(weights=None)
-    ours = rk.extract(model, ref.batch_size, renames=KERAS_APPLICATIONS_RENAMES["mobilenet"])
+    ours = rk.extract(model, ref.batch_size, renames=keras_applications_renames("mobilenet", model))
     missing = KERAS_APPLICATIONS_MISSING["mobilenet"]
     drop = set(missing) | {s + "_backward" for s in missing}
     names, edges, memory = without_nodes(ref, drop)
@@ -228,3 +229,11 @@ def test_extract_zoo_model_small_resolution_and_unknown_name():
     assert graph.metadata["layers"][175] == "predictions"
     with pytest.raises(ValueError, match="unknown Keras zoo model 'alexnet'"):
         build_zoo_model("alexnet")
+
+
+def test_sequential_model_is_extracted_like_a_functional_one():
+    seq = keras.Sequential([keras.Input((8,)), L.Dense(4, name="d1"), L.ReLU(name="r"), L.Dense(2, name="d2")])
+    graph = rk.extract(seq, 3)
+    assert graph.names == ("d1", "r", "d2", "Loss", "d2_backward", "r_backward", "d1_backward")
+    np.testing.assert_array_equal(graph.cost, [96, 12, 24, 0, 48, 24, 192])  # 3*8*4, 3*4, 3*4*2, 2x backward
+    assert graph.constant_memory == 3 * 8 * 4 + 2 * 4 * (8 * 4 + 4 + 4 * 2 + 2)
