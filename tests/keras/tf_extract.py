@@ -23,10 +23,16 @@ from remat.graph import DFGraph
 from remat.reference import load_reference_graph, reference_graphs_available
 
 L = keras.layers
-needs_reference = pytest.mark.skipif(
+_skip_without_reference = pytest.mark.skipif(
     not reference_graphs_available(),
     reason="reference graphs absent: set REMAT_GRAPHS_DIR to the Checkmate node-link graphs (shared/data/graphs)",
 )
+
+
+def needs_reference(test):
+    return pytest.mark.reference(_skip_without_reference(test))
+
+
 APPLICATIONS = {
     "vgg16": keras.applications.VGG16,
     "vgg19": keras.applications.VGG19,
