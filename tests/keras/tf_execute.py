@@ -13,6 +13,7 @@ import pytest
 
 from remat.frontends import keras as rk  # imports torch/torchvision/triton before TensorFlow
 from remat.frontends._keras_env import keras
+from remat.frontends._keras_exec import KerasExecution
 from remat.frontends.keras_models import ZOO, build_zoo_model
 from remat.schedule import Schedule, simulate
 from remat.strategies import get_strategy, strategy_names
@@ -45,7 +46,7 @@ class Case:
         self.loss, self.grads = rk.plain_gradients(self.model, self.x, self.y)
         self.state1 = [v.numpy() for v in self.model.non_trainable_variables]
 
-    def run(self, schedule: Schedule) -> rk.Any:
+    def run(self, schedule: Schedule) -> KerasExecution:
         for v, value in zip(self.model.non_trainable_variables, self.state0):
             v.assign(value)
         return rk.execute_schedule(self.graph, self.model, schedule, self.x, self.y)
