@@ -12,8 +12,7 @@ import fcntl
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -169,33 +168,27 @@ def row_key(row: dict[str, Any], key_columns: Iterable[str]) -> tuple[str, ...]:
     return tuple(key_str(row.get(c)) for c in key_columns)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    # Parallel joblib/submitit jobs append to one file: serialise through a lock file.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def append_row(path: Path, row: dict[str, Any], columns: list[str]) -> None:
-    """Append one row (header first if the file is new), flushed to disk before returning."""
-    with _locked(path):
-        new = not path.exists() or path.stat().st_size == 0
-        header = columns
-        if not new:
-            with open(path, newline="") as f:
-                header = next(csv.reader(f), columns)
-        with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-            if new:
+    """Append one row (header first if the file is new), flushed to disk before returning.
+
+    Parallel joblib/submitit jobs append to one file: an exclusive lock on the
+    file itself serialises them (appends land at the end whatever the offset).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", newline="") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            first = f.readline()
+            header = next(csv.reader([first])) if first.strip() else None
+            writer = csv.DictWriter(f, fieldnames=header or columns, extrasaction="ignore")
+            if header is None:
                 writer.writeheader()
-            writer.writerow({c: _cell(row.get(c)) for c in header})
+            writer.writerow({c: _cell(row.get(c)) for c in header or columns})
             f.flush()
             os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
