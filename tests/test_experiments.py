@@ -280,3 +280,16 @@ def test_activation_memory_table_written(tmp_path: Path) -> None:
     assert [r["model"] for r in rows] == ["mobilenet"]
     assert int(rows[0]["activation_bytes"]) > 10 * int(rows[0]["parameter_bytes"]) > 0  # Fig. 3's point
     assert math.isclose(float(rows[0]["platform_memory"]), 16 * 2**30)
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_each_sweep_point(graph_file: Path, tmp_path: Path) -> None:
+    """The cluster launcher's local mode (same code path as hydra/launcher=slurm, minus SLURM)."""
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=submitit_local", f"graph={graph_file}",
+           "strategy=checkpoint_all,ilp", "budget=1.0", "record=sub", f"paths.results={tmp_path}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", "mlflow.enabled=false"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_rows(tmp_path / "sub.csv")
+    assert sorted((r["strategy"], r["status"]) for r in rows) == [("checkpoint_all", "optimal"), ("ilp", "optimal")]
+    assert len(list((tmp_path / "sweep").rglob("schedule.json"))) == 2
