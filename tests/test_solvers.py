@@ -114,6 +114,20 @@ def test_missing_package_is_a_one_line_error(monkeypatch, backend, package, fix)
     assert fix in one_line(exc)
 
 
+@pytest.mark.parametrize("backend, stop_early", [("gurobi", {"SolutionLimit": 1}),
+                                                 ("cpsat", {"stop_after_first_solution": True})])
+def test_backend_specific_options_are_passed_and_bad_names_rejected(backend, stop_early):
+    milp = build_checkmate_milp(random_training_graph(10, 0), 47.0)  # takes Gurobi seconds to prove
+    options = SolverOptions(threads=1, mip_gap=0)
+    options.extra = stop_early
+    out = solve_milp(milp.problem, backend, options)
+    assert out.status == "feasible" and out.objective >= 17 - 1e-9, (out.status, out.objective)  # optimum: 17
+    options.extra = {"no_such_parameter": 1}
+    with pytest.raises(ValueError) as exc:
+        solve_milp(milp.problem, backend, options)
+    assert "no_such_parameter" in one_line(exc)
+
+
 # The integral model CP-SAT solves, checked without a solver.
 
 def test_integral_model_is_exact_on_checkmate_milps():

@@ -335,6 +335,12 @@ def _worker() -> None:
     params.log_to_stdout = job["verbose"]  # stdout is stderr here
     if job["time_limit"] is not None:
         params.max_time_in_seconds = job["time_limit"]
+    for key, value in job["extra"].items():
+        try:
+            setattr(params, key, value)
+        except (AttributeError, TypeError, ValueError) as exc:
+            send("parameter", f"CP-SAT rejected parameter {key}={value!r} ({exc}); see OR-Tools' sat_parameters.proto")
+            return
 
     class Incumbents(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self) -> None:
@@ -363,7 +369,7 @@ def solve_cpsat(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
            "hint": im.y(warm_start).tolist() if warm_start is not None else None,
            "threads": int(options.threads), "mip_gap": float(options.mip_gap), "verbose": bool(options.verbose),
            "time_limit": None if options.time_limit is None else float(options.time_limit),
-           "incumbents": options.on_incumbent is not None}
+           "incumbents": options.on_incumbent is not None, "extra": dict(getattr(options, "extra", {}))}
     stats = {"exact": im.exact, "conversion_time": time.perf_counter() - start,
              "objective_scale": im.objective_scale, "objective_error": im.objective_error,
              "max_row_scale": float(im.row_scale.max(initial=1.0)),
@@ -380,6 +386,8 @@ def solve_cpsat(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
 
     done = _run_worker(job, options.verbose, report)
     elapsed = time.perf_counter() - start
+    if done[0] == "parameter":
+        raise ValueError(done[1])
     if done[0] == "missing":
         raise SolverError(f"the cpsat backend could not import OR-Tools: pip install ortools [{done[1]}]")
     if done[0] in ("invalid", "crashed"):
@@ -428,7 +436,7 @@ def _output(problem: MilpProblem, im: IntegralModel, name: str, y: list[int], bo
         certified = SolverOutput("optimal", x, objective, bound).gap
         if name == "OPTIMAL" and certified is not None and certified <= options.mip_gap + 1e-12:
             return SolverOutput("optimal", x, objective, bound, elapsed, "", stats)
-        message = "time limit" if name == "FEASIBLE" else "optimal for the rounded model only"
+        message = "stopped by a limit" if name == "FEASIBLE" else "optimal for the rounded model only"
         return SolverOutput("feasible", x, objective, bound, elapsed, f"{message}{'; ' + note if note else ''}",
                             stats)
     if name == "INFEASIBLE":

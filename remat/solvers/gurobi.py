@@ -60,6 +60,12 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
     params.IntFeasTol = 1e-7
     if options.time_limit is not None:
         params.TimeLimit = float(options.time_limit)
+    for key, value in getattr(options, "extra", {}).items():
+        try:
+            model.setParam(key, value)
+        except gp.GurobiError as exc:
+            raise ValueError(f"Gurobi rejected parameter {key}={value!r}: {exc.message}; see Gurobi's "
+                             f"parameter reference") from None
 
     is_mip = bool(problem.integrality.any())
     vtype = np.where(problem.integrality, GRB.INTEGER, GRB.CONTINUOUS) if is_mip else GRB.CONTINUOUS
