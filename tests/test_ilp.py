@@ -110,6 +110,6 @@ def test_budget_errors():
 
 
 def test_registry():
-    assert get_strategy("ilp") is solve_ilp
+    assert get_strategy("ilp_plain") is solve_ilp
     with pytest.raises(ValueError, match="known strategies: .*checkpoint_all"):
         get_strategy("nope")

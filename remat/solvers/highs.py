@@ -22,6 +22,8 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
     h.setOptionValue("primal_feasibility_tolerance", 1e-7)
     if options.time_limit is not None:
         h.setOptionValue("time_limit", float(options.time_limit))
+    for key, value in options.extra.items():
+        h.setOptionValue(key, value)
 
     A = problem.A.tocsc()
     lp = highspy.HighsLp()

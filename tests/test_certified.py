@@ -1,0 +1,49 @@
+"""The default ilp pipeline is exact: same optimum as exhaustive search and as the plain MILP."""
+
+import pytest
+from brute_force import BruteForce
+
+from remat.generators import linear_chain, random_dag, random_training_graph
+from remat.strategies import Status, get_strategy
+from remat.strategies.certified import solve_ilp_certified
+from remat.strategies.ilp import solve_ilp
+
+GRAPHS = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in range(6)] + [random_dag(8, 3)]
+
+
+@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
+def test_pipeline_matches_exhaustive_search_and_plain_milp(graph):
+    bf = BruteForce(graph)
+    lo = bf.min_budget()
+    for budget in (lo, lo + 2, lo + 6):
+        expected = bf.solve(budget)[0]
+        result = solve_ilp_certified(graph, budget, mip_gap=0)
+        assert result.status == Status.OPTIMAL
+        assert result.cost == pytest.approx(expected)
+        assert result.lower_bound <= expected + 1e-6
+        assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
+    below = solve_ilp_certified(graph, lo - 0.5)
+    assert below.status == Status.INFEASIBLE and "proof" in below.stats
+
+
+def test_anytime_callback_reports_improving_schedules():
+    seen = []
+    g = linear_chain(12)
+    r = solve_ilp_certified(g, 5, mip_gap=0, on_incumbent=lambda s, c, b: seen.append((s, c, b)))
+    assert r.status == Status.OPTIMAL and seen
+    costs = [c for _, c, _ in seen]
+    assert costs == sorted(costs, reverse=True) and costs[-1] == pytest.approx(r.cost)
+    assert all(b <= c + 1e-6 for _, c, b in seen)
+    assert r.stats["milestones"]["first_schedule"] <= r.solve_time
+
+
+def test_registry_default_is_the_pipeline():
+    assert get_strategy("ilp") is solve_ilp_certified
+    with pytest.raises(ValueError, match="time limit"):
+        solve_ilp_certified(linear_chain(3), 10, time_limit=-1)
+
+
+def test_checkpoint_all_is_certified_when_it_fits():
+    g = random_training_graph(4, 1)
+    r = solve_ilp_certified(g, 1e9)
+    assert r.status == Status.OPTIMAL and r.cost == g.total_cost and r.stats["incumbent_source"] == "checkpoint_all"
