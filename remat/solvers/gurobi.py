@@ -41,7 +41,11 @@ def solve_gurobi(problem: MilpProblem, options: SolverOptions, warm_start: np.nd
     gp = _import_gurobipy()
     env = gp.Env(empty=True)  # an empty env keeps the licence banner off stdout
     env.setParam("OutputFlag", 1 if options.verbose else 0)
-    env.start()
+    try:
+        env.start()
+    except gp.GurobiError as exc:  # no or expired licence
+        raise SolverError(f"Gurobi cannot start: {exc.message} (error {exc.errno}); fix the Gurobi licence "
+                          f"or use solver=highs") from None
     model = gp.Model(env=env)
     try:
         return _solve(gp, model, problem, options, warm_start)
