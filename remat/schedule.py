@@ -242,7 +242,8 @@ def execution_plan(
     Deallocations follow ``Free``; at the end of each stage every value not
     checkpointed into the next stage is deallocated too (eq. 2 starts the next
     stage with the checkpoints alone). A node recomputed while a copy is still
-    resident releases the old copy right after the new one is made.
+    resident keeps the old copy to the stage's end, as eqs. (2)-(4) count it
+    (the MILP only does this for zero-cost nodes, where it costs nothing).
     """
     R, S = schedule.R, schedule.S
     T, n = R.shape
@@ -252,22 +253,44 @@ def execution_plan(
     regs: dict[int, int] = {}
     next_reg = 0
     for t in range(T):
+        shadows: list[tuple[int, int]] = []
         for k in np.flatnonzero(R[t]):
             k = int(k)
-            old = regs.get(k)
+            if k in regs:
+                shadows.append((k, regs[k]))
             yield Compute(t, k, next_reg)
             regs[k] = next_reg
             next_reg += 1
-            if old is not None:
-                yield Deallocate(t, k, old)
             for i in graph.deps[k]:
                 i = int(i)
                 if free[t, edge_index[(i, k)]] and i in regs:
                     yield Deallocate(t, i, regs.pop(i))
+        for k, reg in shadows:
+            yield Deallocate(t, k, reg)
         keep = S[t + 1] if t + 1 < T else np.zeros(n, bool)
         for i in sorted(regs):
             if not keep[i]:
                 yield Deallocate(t, i, regs.pop(i))
+
+
+def plan_live_bytes(graph: DFGraph, plan: list[Compute | Deallocate]) -> np.ndarray:
+    """Bytes held (constant overhead included) just after each Compute of ``plan``, by replaying it.
+
+    For a plan from :func:`simulate` this equals ``U[t, k]`` at every computed
+    ``(t, k)`` in row-major order - the check an executor's own measurement
+    should pass.
+    """
+    live: dict[int, int] = {}
+    total = graph.constant_memory
+    out = []
+    for s in plan:
+        if isinstance(s, Compute):
+            live[s.register] = int(graph.memory[s.node])
+            total += live[s.register]
+            out.append(total)
+        else:
+            total -= live.pop(s.register)
+    return np.array(out, dtype=float)
 
 
 def _first_row(mask: np.ndarray) -> int:

@@ -5,7 +5,7 @@ import pytest
 
 from remat.generators import linear_chain
 from remat.graph import DFGraph
-from remat.schedule import Compute, Deallocate, Schedule, ScheduleError, simulate
+from remat.schedule import Compute, Deallocate, Schedule, ScheduleError, plan_live_bytes, simulate
 from remat.strategies.checkpoint import checkpoint_all_schedule
 
 
@@ -108,3 +108,23 @@ def test_schedule_round_trip(tmp_path):
     s.save(tmp_path / "s.json")
     t = Schedule.load(tmp_path / "s.json")
     assert np.array_equal(s.R, t.R) and np.array_equal(s.S, t.S) and t.is_frontier_advancing
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plan_replay_equals_memory_matrix(seed):
+    """Algorithm 1's plan holds exactly U[t, k] bytes after each compute, recomputed-while-resident included."""
+    from remat.generators import random_training_graph
+    from remat.strategies.recompute import solve_min_r
+
+    g = random_training_graph(5, seed).with_constant_memory(7)
+    rng = np.random.default_rng(seed)
+    S = np.tril(rng.random((g.n, g.n)) < 0.4, -1)
+    R = solve_min_r(g, S)
+    R |= np.tril(rng.random((g.n, g.n)) < 0.15) & S  # also recompute some values that are resident
+    for t in range(g.n):  # ... with whatever inputs those recomputations need
+        for v in range(t, -1, -1):
+            if R[t, v]:
+                R[t, g.deps[v][~S[t, g.deps[v]]]] = True
+    sim = simulate(g, Schedule(R, S))
+    assert sim.valid
+    assert np.array_equal(plan_live_bytes(g, sim.plan), sim.memory[R])

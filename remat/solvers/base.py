@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 
 class SolverError(RuntimeError):
-    """A backend that cannot run (missing package, licence limit); the message says what to do."""
+    """A backend that cannot start (missing package, licence that will not start); the message says what to do."""
 
 
 @dataclass(eq=False)

@@ -246,5 +246,6 @@ def _batch_variable_model(milp, one: DFGraph, budget: float, b_max: int) -> Milp
     lb = np.concatenate([p.lb, np.zeros(Z), [1.0]])
     ub = np.concatenate([p.ub, np.full(Z, float(b_max)), [float(b_max)]])
     ub[milp.U[milp.U >= 0]] = budget / milp.memory_scale
-    integrality = np.concatenate([p.integrality, np.zeros(Z, bool), [True]])
+    # z = B x is a whole number at every feasible point; saying so lets CP-SAT prove optimality.
+    integrality = np.concatenate([p.integrality, np.ones(Z, bool), [True]])
     return MilpProblem(c, A_new, np.concatenate(lbs), np.concatenate(ubs), lb, ub, integrality)

@@ -65,18 +65,8 @@ class Case:
 
 
 def plan_live_bytes(graph, schedule: Schedule) -> np.ndarray:
-    """simulate()'s U[t, k] minus the constant, corrected for one known difference from its own plan.
-
-    When a value checkpointed into stage t is recomputed in stage t (the ILP does this for zero-cost
-    nodes), execution_plan() drops the old copy right after the recompute, while U keeps counting
-    S[t, k] M_k until the stage ends. The executor follows the plan, so it holds M_k less from the
-    recompute of k to the end of stage t.
-    """
-    R, S = schedule.R, schedule.S
-    U = simulate(graph, schedule).memory - graph.constant_memory
-    double = np.cumsum(np.where(R & S, graph.memory, 0), axis=1)
-    before = double - np.where(R & S, graph.memory, 0)  # duplicates recomputed strictly earlier in the stage
-    return (U - before)[R]
+    """simulate()'s U[t, k] minus the constant at every computed (t, k): what the plan holds there."""
+    return (simulate(graph, schedule).memory - graph.constant_memory)[schedule.R]
 
 
 _cases: dict[str, Case] = {}
