@@ -71,6 +71,13 @@ class _Incumbent:
             self.milestones.setdefault("first_schedule", self.elapsed())
             self._notify()
 
+    def cost_hint(self, cost: float) -> None:
+        """A solver's improving objective: reported at once, its schedule is collected when the solver returns."""
+        if cost < self.cost - 1e-9 and self.on_incumbent is not None:
+            self.on_incumbent(self.elapsed(), cost, self.bound)
+        if cost <= 1.01 * self.bound + 1e-9:
+            self.milestones.setdefault("gap_1pct", self.elapsed())
+
     def raise_bound(self, bound: float | None) -> None:
         if bound is not None and bound > self.bound:
             self.bound = bound
@@ -83,6 +90,8 @@ class _Incumbent:
         return done
 
     def _notify(self) -> None:
+        if self.schedule is not None and self.cost <= 1.01 * self.bound + 1e-9:
+            self.milestones.setdefault("gap_1pct", self.elapsed())
         if self.schedule is not None and self.on_incumbent is not None:
             self.on_incumbent(self.elapsed(), self.cost, self.bound)
 
@@ -170,8 +179,9 @@ def solve_ilp_certified(
 
     def improving(seconds: float, objective: float, bound: float) -> None:
         inc.raise_bound(milp.cost(bound))
+        inc.cost_hint(milp.cost(objective))
 
-    solver_options = SolverOptions(remaining(), mip_gap, threads, verbose, improving if on_incumbent else None)
+    solver_options = SolverOptions(remaining(), mip_gap, threads, verbose, improving)
     out = solve_milp(milp.problem, backend, solver_options, x0)
     if out.status == "infeasible":
         return finish(Status.INFEASIBLE, "branch and cut proved no schedule fits", {"proof": "MILP"})
