@@ -5,7 +5,7 @@
     python run.py graph=my_graph.json strategy=ilp budget=12GB
     python run.py model=unet strategy=ilp                    # a zoo model through the PyTorch front end
     python run.py experiment=budget_sweep                    # Fig. 5 grid from params.yaml's quick profile
-    python run.py -m experiment=budget_sweep experiment.graphs=vgg16,mobilenet hydra/launcher=joblib
+    python run.py -m hydra/launcher=local experiment=budget_sweep experiment.graphs=vgg16,mobilenet  # joblib
 
 Bad input (unknown strategy or config value, malformed or cyclic graph, budget
 below the constant overhead, non-numeric budget) ends with one line on stderr that
