@@ -202,6 +202,45 @@ def test_zoo_model_exact_and_memory_within_ten_percent():
     assert abs(res.live_peak - res.predicted_peak) <= 0.10 * res.predicted_peak, res.summary()
 
 
+_ZOO_GRAPHS: dict[str, object] = {}
+
+
+def zoo_small(name: str):
+    from remat.models import SPECS, get_model
+
+    if name not in _ZOO_GRAPHS:
+        shape = (3, 64, 96) if SPECS[name].task == "segmentation" else (3, 32, 32)
+        _ZOO_GRAPHS[name] = extract(get_model(name, num_classes=10), shape, batch_size=2, name=name)
+    return _ZOO_GRAPHS[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", strategy_names())
+@pytest.mark.parametrize("name", ["vgg16", "vgg19", "mobilenet", "resnet50", "unet", "fcn8", "segnet"])
+def test_zoo_every_strategy_gives_autograd_gradients(name, strategy):
+    """The full matrix (slow: minutes per model); budget = constant + 0.7 x the no-recompute activation peak."""
+    from remat.models import get_model
+
+    graph = zoo_small(name)
+    peak, const = no_recompute_peak(graph), graph.constant_memory
+    budget = const + 0.7 * (peak - const) if strategy != "checkpoint_all" else float("inf")
+    options = {}
+    if strategy == "ilp":
+        warm = get_strategy("approx_lp_deterministic")(graph, budget)
+        options = {"time_limit": 60, "warm_start": warm.schedule if warm.has_schedule else None}
+    try:
+        result = get_strategy(strategy)(graph, budget, **options)
+    except GraphError as exc:
+        pytest.skip(f"{strategy} does not apply to {name}: {exc}")
+    if not result.has_schedule:
+        pytest.skip(f"{strategy} has no schedule for {name} at this budget: {result.message}")
+    model, ref = make_pair(lambda: get_model(name, num_classes=10))
+    res, loss = run_both(model, ref, graph, result.schedule)
+    assert res.loss == pytest.approx(loss, rel=1e-5)
+    assert_same_training_state(model, ref)
+    assert res.tracked_peak == res.predicted_peak and res.accounting_mismatches == []
+
+
 # ---------------------------------------------------------------------- bad input
 def test_mismatched_schedule_is_refused_before_any_compute(net_graph):
     model = Net()
