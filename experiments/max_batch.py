@@ -91,8 +91,9 @@ def main(cfg: Any, output_dir: Path) -> Path:
         try:
             answer = max_batch_size(graph, float(row["platform_memory"]), strategy, **options)
             row.update(_unpack(answer))
-        except (ValueError, RuntimeError) as exc:
-            log.warning("max_batch %s %s failed: %s", spec, strategy, exc)
+        except Exception as exc:  # record the failed cell and carry on
+            log.warning("max_batch %s %s failed: %s", spec, strategy, exc,
+                        exc_info=not isinstance(exc, (ValueError, RuntimeError)))
             row.update(status="error", message=f"{type(exc).__name__}: {exc}")
         row.setdefault("solve_time", time.perf_counter() - start)
         append_row(out, row, COLUMNS)

@@ -141,8 +141,9 @@ def run_cell(graph: Any, strategy: str, budget_spec: Any, solver: dict[str, Any]
         return failed_row(graph, strategy, budget=None, status="infeasible", message=str(exc), **common), []
     try:
         result = solve_cell(graph, strategy, budget, solver, seed if takes_seed(strategy) else None)
-    except (ValueError, RuntimeError, MemoryError) as exc:  # GraphError, ScheduleError, SolverError, licence
-        log.warning("%s on %s at %s failed: %s", strategy, graph.name, budget_spec, exc)
+    except Exception as exc:  # a refused graph, a licence limit, or a bug: record it and carry on with the sweep
+        expected = isinstance(exc, (ValueError, RuntimeError, MemoryError))
+        log.warning("%s on %s at %s failed: %s", strategy, graph.name, budget_spec, exc, exc_info=not expected)
         return failed_row(graph, strategy, budget=budget, status="error", message=f"{type(exc).__name__}: {exc}",
                           **common), []
     row = result_row(graph, result, **common)
