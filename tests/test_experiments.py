@@ -293,3 +293,22 @@ def test_submitit_local_launcher_runs_each_sweep_point(graph_file: Path, tmp_pat
     rows = read_rows(tmp_path / "sub.csv")
     assert sorted((r["strategy"], r["status"]) for r in rows) == [("checkpoint_all", "optimal"), ("ilp", "optimal")]
     assert len(list((tmp_path / "sweep").rglob("schedule.json"))) == 2
+
+
+def test_a_crashing_strategy_is_recorded_and_the_sweep_carries_on(graph_file: Path, tmp_path: Path) -> None:
+    from experiments.sweep import run_grid
+    from remat.strategies import STRATEGIES, register
+
+    def crash(graph, budget, **_):  # type: ignore[no-untyped-def]
+        raise TypeError("a bug inside a strategy")
+
+    register("crash_for_test", crash)
+    try:
+        cfg = compose(tmp_path, "experiment=budget_sweep", "experiment.profile=null",
+                      f"experiment.graphs=[{graph_file}]", "experiment.strategies=[crash_for_test,checkpoint_all]",
+                      "experiment.budgets=['1.0']", "mlflow.enabled=false")
+        rows = read_rows(run_grid(cfg))
+    finally:
+        STRATEGIES.pop("crash_for_test")
+    assert [(r["strategy"], r["status"]) for r in rows] == [("crash_for_test", "error"), ("checkpoint_all", "optimal")]
+    assert "TypeError: a bug inside a strategy" in rows[0]["message"]
