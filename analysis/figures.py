@@ -49,6 +49,28 @@ def _platform(frame: pd.DataFrame) -> tuple[str, float] | None:
     return str(row["platform"]), float(row["platform_memory"])
 
 
+def _reference_line(ax: Any, axis: str, platform: tuple[str, float]) -> None:
+    """The platform memory line; when it lies far outside the data it is named in a note instead of rescaling."""
+    value = platform[1] / GIB
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    line = ax.axvline if axis == "x" else ax.axhline
+    if (lo <= value <= hi) or (lo / 4 <= value <= hi * 4):
+        line(value, label=platform_label(*platform), **PLATFORM_STYLE)
+        return
+    ax.text(0.98, 0.02, f"{platform_label(*platform)} off-scale", transform=ax.transAxes, ha="right",
+            va="bottom", fontsize=7, color=PLATFORM_STYLE["color"])
+
+
+def _clip_overhead(ax: Any, solved: pd.DataFrame) -> None:
+    # Checkpoint-last's quadratic overhead would flatten every other curve: keep the informative range in view.
+    others = solved[solved["strategy"] != "checkpoint_last"]["overhead"]
+    if len(others) and solved["overhead"].max() > 3:
+        top = max(1.5, 1.1 * float(others.max()))
+        ax.set_ylim(0.95, top)
+        ax.text(0.02, 0.98, "Checkpoint last above the plotted range" if top < solved["overhead"].max() else "",
+                transform=ax.transAxes, ha="left", va="top", fontsize=7)
+
+
 def fig5_budget_sweep(results: Path, out: Path) -> Any:
     """Fig. 5: overhead versus memory budget, one panel per graph, one line per strategy."""
     plt = _plt()
@@ -63,9 +85,10 @@ def fig5_budget_sweep(results: Path, out: Path) -> Any:
             pts = pts.sort_values("budget")
             ax.plot(pts["budget"] / GIB, pts["overhead"], marker="o", markersize=3, linewidth=1.2,
                     color=color(strategy), label=label(strategy))
+        _clip_overhead(ax, sub)
         platform = _platform(frame[frame["graph"] == graph])
         if platform:
-            ax.axvline(platform[1] / GIB, label=platform_label(*platform), **PLATFORM_STYLE)
+            _reference_line(ax, "x", platform)
         info = frame[frame["graph"] == graph].iloc[0]
         ax.set_title(f"{graph} (batch {info['batch_size']:.0f}, cost: {info['cost_unit']})", fontsize=9)
         ax.set_xlabel("Memory budget (GiB)")
@@ -148,7 +171,7 @@ def fig1_memory(results: Path, out: Path) -> Any:
             ax.axhline(b / GIB, color="#999999", linestyle=":", linewidth=1.0, label=f"budget ({b / GIB:.1f} GiB)")
         platform = _platform(sub)
         if platform:
-            ax.axhline(platform[1] / GIB, label=platform_label(*platform), **PLATFORM_STYLE)
+            _reference_line(ax, "y", platform)
         ax.set_xlabel("Elapsed compute (cumulative cost, graph cost units)")
         ax.set_ylabel("Memory in use (GiB)")
         ax.set_title(f"{graph}: memory over the schedule (Fig. 1)", fontsize=9)

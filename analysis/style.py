@@ -34,7 +34,7 @@ STRATEGY_LABELS = {
     "linearized_greedy": "Linearized greedy",
     "approx_lp_deterministic": "Checkmate LP rounding (det.)",
     "approx_lp_randomized": "Checkmate LP rounding (rand.)",
-    "ilp": "Checkmate ILP (optimal)",
+    "ilp": "Checkmate ILP",
 }
 STRATEGY_ORDER = list(STRATEGY_COLORS)
 PLATFORM_STYLE = {"color": "#555555", "linestyle": "--", "linewidth": 1.0}

@@ -207,7 +207,7 @@ def test_quick_sweep_on_a_reference_graph_end_to_end(tmp_path: Path, mlflow_temp
 
     ax = fig5_budget_sweep(tmp_path, tmp_path / "figs").axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert len(lines["Checkmate ILP (optimal)"].get_xdata()) == 2
+    assert len(lines["Checkmate ILP"].get_xdata()) == 2
     assert len(lines["Checkpoint all"].get_xdata()) == 1
 
 
