@@ -8,10 +8,11 @@ from pathlib import Path
 
 from analysis.data import MissingResults
 from analysis.figures import FIGURES
+from analysis.paper import paper_comparison
 from analysis.tables import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {**FIGURES, **TABLES}
+TARGETS = {**FIGURES, **TABLES, "paper": paper_comparison}
 
 
 def main(argv: list[str] | None = None) -> int:

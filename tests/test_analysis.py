@@ -132,3 +132,19 @@ def test_missing_inputs_name_the_stage(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "run the max_batch stage first" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_paper_comparison_puts_our_ratio_next_to_table2(tmp_path: Path) -> None:
+    from analysis.paper import PAPER_TABLE2, paper_comparison
+
+    rows = [{"graph": "vgg16", "strategy": s, "budget_spec": b, "status": st, "cost": c, "seed": 0}
+            for s, b, st, c in [("ilp", "span:0.2", "optimal", 100.0), ("ilp", "span:0.6", "optimal", 100.0),
+                                ("ap_sqrtn", "span:0.2", "feasible", 121.0),
+                                ("ap_sqrtn", "span:0.6", "feasible", 100.0),
+                                ("ap_greedy", "span:0.2", "infeasible", None)]]
+    pd.DataFrame(rows).to_csv(tmp_path / "approx_ratio.csv", index=False)
+    table = paper_comparison(tmp_path, tmp_path)
+    row = table.loc["Table 2 ratio to ILP, ap_sqrtn"]
+    assert row["graph"] == "vgg16" and row["ours"] == pytest.approx(1.1)  # sqrt(1.21 * 1.0)
+    assert row["paper"] == PAPER_TABLE2[("vgg16", "ap_sqrtn")]
+    assert "1.100" in (tmp_path / "paper_comparison.md").read_text()
