@@ -37,7 +37,7 @@ def _load_optional() -> None:
     # Modules register themselves on import; importing here keeps start-up light.
     import importlib
 
-    for module in ("ilp", "certified", "baselines", "griewank", "rounding"):
+    for module in ("ilp", "certified", "baselines", "griewank", "rounding", "eviction"):
         try:
             importlib.import_module(f"remat.strategies.{module}")
         except ModuleNotFoundError as exc:
