@@ -123,8 +123,8 @@ class Simulation:
     plan: list[Compute | Deallocate] = field(default_factory=list)
 
     def within(self, budget: float) -> bool:
-        # Solvers meet the budget up to their feasibility tolerance (1e-7 of the scaled budget).
-        return self.valid and self.peak_memory <= budget * (1 + 1e-6)
+        # Solvers meet the budget up to their feasibility tolerance (1e-7 in units of the largest tensor).
+        return self.valid and self.peak_memory <= budget * (1 + 1e-7)
 
     def plan_text(self) -> str:
         out = io.StringIO()
