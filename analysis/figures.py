@@ -165,7 +165,8 @@ def fig1_memory(results: Path, out: Path) -> Any:
         for strategy in ordered(sub["strategy"]):
             line = sub[sub["strategy"] == strategy].sort_values("step")
             ax.plot(line["cost_cum"], line["memory"] / GIB, color=color(strategy), linewidth=1.2,
-                    label=f"{label(strategy)} (budget {line['budget_spec'].iloc[0]})")
+                    label=f"{label(strategy)} (budget {line['budget_spec'].iloc[0]}"
+                          + (", over it: no rematerialization)" if line["status"].iloc[0] == "infeasible" else ")"))
         budgets = sub["budget"].dropna().unique()
         for b in budgets:
             ax.axhline(b / GIB, color="#999999", linestyle=":", linewidth=1.0, label=f"budget ({b / GIB:.1f} GiB)")
