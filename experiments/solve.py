@@ -52,6 +52,8 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     name = cfg.strategy.name
     lookup_strategy(name)  # an unknown strategy fails here, before anything is written
     steps = int(cfg.get("train", {}).get("steps", 0) or 0)
+    if steps > 0 and not cfg.get("model"):
+        raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train); drop train.steps")
     trainer = _trainer() if steps > 0 else None
     solver = OmegaConf.to_container(cfg.solver, resolve=True)
     options = cfg.strategy.get("options")
@@ -122,8 +124,6 @@ def _trainer() -> Any:
 
 
 def _train(fn: Any, cfg: Any, graph: Any, schedule: Any, steps: int) -> None:
-    if not cfg.get("model"):
-        raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train)")
     from remat.models import get_model
 
     options = {"model": get_model(cfg.model.name), "graph": graph, "schedule": schedule, "steps": steps,
