@@ -20,6 +20,8 @@ STRATEGY_COLORS = {
     "linearized_greedy": "#c5b0d5",
     "approx_lp_deterministic": "#ff7f0e",
     "approx_lp_randomized": "#ffbb78",
+    "eviction_greedy": "#bcbd22",
+    "ilp_plain": "#e377c2",
     "ilp": "#d62728",
 }
 STRATEGY_LABELS = {
@@ -34,6 +36,8 @@ STRATEGY_LABELS = {
     "linearized_greedy": "Linearized greedy",
     "approx_lp_deterministic": "Checkmate LP rounding (det.)",
     "approx_lp_randomized": "Checkmate LP rounding (rand.)",
+    "eviction_greedy": "Greedy eviction",
+    "ilp_plain": "Checkmate ILP (plain MILP)",
     "ilp": "Checkmate ILP",
 }
 STRATEGY_ORDER = list(STRATEGY_COLORS)
