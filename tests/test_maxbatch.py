@@ -42,3 +42,14 @@ def test_needs_batch_size():
     g = random_training_graph(3, 0)
     with pytest.raises(GraphError, match="batch"):
         max_batch_size(DFGraph(g.names, g.cost, g.memory, g.edges, g.loss), 100)
+
+
+def test_single_milp_counts_batch_scaled_inputs():
+    """Inputs grow with the batch: both methods must see the same constant, so the same B."""
+    g = random_training_graph(4, 5)
+    g = DFGraph(g.names, g.cost * 4, g.memory * 4, g.edges, g.loss, batch_size=4, constant_memory=100 + 12,
+                input_memory=12)
+    for budget in (300, 800):
+        search = max_batch_size(g, budget)
+        single = max_batch_size(g, budget, method="milp")
+        assert search.exact and single.exact and search.max_batch == single.max_batch > 0

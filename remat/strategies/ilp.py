@@ -45,7 +45,7 @@ class CheckmateMilp:
     F: np.ndarray
     memory_scale: float
     cost_scale: float
-    memory_rows: np.ndarray
+    memory_rows: np.ndarray  # (T, n): the row of U[t, k]'s recurrence, -1 where U[t, k] does not exist
     build_time: float = 0.0
 
     def schedule(self, x: np.ndarray) -> Schedule:
@@ -212,7 +212,8 @@ def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndar
                      F: np.ndarray, M: np.ndarray, constant: float) -> np.ndarray:
     """Eqs. (2)-(4): U[t,0] = const + sum M S[t] + M_0 R[t,0]; U[t,k] = U[t,k-1] - freed + M_k R[t,k].
 
-    Returns the ids of these rows (the maximum-batch model rescales them).
+    Returns the row of each U[t, k] as a (T, n) matrix, -1 where absent (the
+    maximum-batch model rescales these rows).
     """
     T, n = R.shape
     src, dst = graph.edges[:, 0], graph.edges[:, 1]
@@ -226,7 +227,7 @@ def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndar
     row_of[tt, kk] = rows.add([(U[tt, kk], 1.0), (U[tt, kk - 1], -1.0), (R[tt, kk], -M[kk])], 0.0, 0.0)
     tf, ef = np.nonzero(F >= 0)
     rows.add_pairs(row_of[tf, dst[ef] + 1], F[tf, ef], M[src[ef]])
-    return row_of[row_of >= 0]
+    return row_of
 
 
 def _later_user_pairs(graph: DFGraph) -> tuple[np.ndarray, np.ndarray]:

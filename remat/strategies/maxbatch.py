@@ -188,7 +188,7 @@ def _batch_variable_model(milp, one: DFGraph, budget: float, b_max: int) -> Milp
     N = p.num_vars
     A = p.A.tocsr()
     mem = np.zeros(A.shape[0], bool)
-    mem[milp.memory_rows] = True
+    mem[milp.memory_rows[milp.memory_rows >= 0]] = True
     scaled_node = one.batch_scaled
     column_node = np.full(N, -1)
     for idx in (milp.R, milp.S):
@@ -209,7 +209,7 @@ def _batch_variable_model(milp, one: DFGraph, budget: float, b_max: int) -> Milp
     new_col = np.where(move, z_of[coo.col], coo.col)
     rows, colsA, vals = [coo.row], [new_col], [coo.data]
     row_lb, row_ub = p.row_lb.copy(), p.row_ub.copy()
-    first_rows = milp.memory_rows[: int((milp.U[:, 0] >= 0).sum())]
+    first_rows = milp.memory_rows[:, 0][milp.memory_rows[:, 0] >= 0]  # U[t, 0] rows hold the constant
     rows.append(first_rows)
     colsA.append(np.full(first_rows.size, b_col))
     vals.append(np.full(first_rows.size, -one.input_memory / milp.memory_scale))
