@@ -113,3 +113,16 @@ def test_registry():
     assert get_strategy("ilp_plain") is solve_ilp
     with pytest.raises(ValueError, match="known strategies: .*checkpoint_all"):
         get_strategy("nope")
+
+
+@pytest.mark.parametrize("graph", GRAPHS[:10], ids=lambda g: g.name)
+def test_frontier_relaxation_bounds_the_optimum(graph):
+    from remat.solvers.base import solve_milp
+
+    bf = BruteForce(graph)
+    for budget in budgets(bf)[:3]:
+        relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True)
+        lp = solve_milp(relax.problem.relaxed())
+        full_milp, full_lp = solve_lp_relaxation(graph, budget, free_formulation="tight")
+        assert lp.status == "optimal"
+        assert relax.cost(lp.objective) <= full_milp.cost(full_lp.objective) + 1e-6 <= bf.solve(budget)[0] + 2e-6

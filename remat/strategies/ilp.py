@@ -90,6 +90,7 @@ def build_checkmate_milp(
     partitioned: bool = True,
     free_formulation: str = "paper",
     cost_bound: float | None = None,
+    frontier_relaxation: bool = False,
 ) -> CheckmateMilp:
     """Build problem (9) (or, with ``partitioned=False``, eqs. 1a-1f with memory).
 
@@ -100,8 +101,17 @@ def build_checkmate_milp(
     the standard exact linearisation of the product in eq. (5), whose LP
     relaxation is at least as strong. ``cost_bound`` adds ``sum C R <= cost_bound``
     (eq. 10's form, used by the maximum-batch search).
+
+    ``frontier_relaxation=True`` builds a *relaxation* for lower bounds: the
+    budget is enforced only at each stage's frontier step ``U[t, t]`` (eqs. 2-4
+    summed over the stage, so no U variables), and Free keeps only its upper
+    bounds (7c) - Free enters memory with a minus sign, so its lower bound (7b)
+    never binds at an optimum of the relaxation. Its LP optimum is a valid lower
+    bound on (9); its schedules must be checked by ``simulate()``.
     """
     start = time.perf_counter()
+    if frontier_relaxation and not partitioned:
+        raise ValueError("the frontier relaxation is defined for frontier-advancing (partitioned) stages only")
     if free_formulation not in ("paper", "tight"):
         raise ValueError(f"free_formulation must be 'paper' or 'tight', got {free_formulation!r}")
     n, T = graph.n, graph.n
@@ -110,10 +120,10 @@ def build_checkmate_milp(
     i_row = np.arange(n)[None, :]
     r_mask = (i_row <= t_col) if partitioned else np.ones((T, n), bool)
     s_mask = (i_row < t_col) if partitioned else (t_col >= 1) & np.ones((1, n), bool)
-    u_mask = r_mask
+    u_mask = r_mask & (not frontier_relaxation)
     # Free[t, (i, k)] matters only through U[t, k+1]: it needs R[t, k] and U[t, k+1] to exist.
     u_next = np.zeros((T, n), bool)
-    u_next[:, :-1] = u_mask[:, 1:]
+    u_next[:, :-1] = r_mask[:, 1:]
     f_mask = r_mask[:, dst] & u_next[:, dst]
 
     counter = 0
@@ -156,8 +166,12 @@ def build_checkmate_milp(
         ids = rows.add([(R[0, sinks], 1.0)], 1.0, np.inf)
         for t in range(1, T):
             rows.add_pairs(ids, R[t, sinks], 1.0)
-    _add_free_rows(rows, graph, R, S, F, free_formulation)
-    memory_rows = _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
+    _add_free_rows(rows, graph, R, S, F, free_formulation, lower=not frontier_relaxation)
+    if frontier_relaxation:
+        room = (budget - graph.constant_memory) / memory_scale
+        memory_rows = _add_frontier_memory_rows(rows, graph, R, S, F, M, room)
+    else:
+        memory_rows = _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
     if cost_bound is not None:
         _add_cost_row(rows, R, r_mask, C, cost_bound / cost_scale)
     A, row_lb, row_ub = rows.matrix()
@@ -173,7 +187,8 @@ def _add_cost_row(rows: RowBuilder, R: np.ndarray, r_mask: np.ndarray, C: np.nda
     rows.add_pairs(np.full(cols.size, ids[0]), cols, coef)
 
 
-def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray, form: str) -> None:
+def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray, form: str,
+                   lower: bool = True) -> None:
     """Eqs. (7b)-(7c): Free[t,(i,k)] = 1 exactly when num_hazards(t, i, k) = 0."""
     T, n = R.shape
     src, dst = graph.edges[:, 0], graph.edges[:, 1]
@@ -193,9 +208,10 @@ def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarra
     later = R[tt[rep], pj[starts[rep] + offs]]
     present = later >= 0
     rep, later = rep[present], later[present]
-    # (7b): 1 - Free <= hazards  <=>  Free - R[t,k] + S[t+1,i] + sum R[t,j] >= 0
-    lower = rows.add([(free, 1.0), (r_k, -1.0), (s_next, 1.0)], 0.0, np.inf)
-    rows.add_pairs(lower[rep], later, 1.0)
+    if lower:
+        # (7b): 1 - Free <= hazards  <=>  Free - R[t,k] + S[t+1,i] + sum R[t,j] >= 0
+        ids = rows.add([(free, 1.0), (r_k, -1.0), (s_next, 1.0)], 0.0, np.inf)
+        rows.add_pairs(ids[rep], later, 1.0)
     if form == "paper":
         # (7c): kappa (1 - Free) >= hazards, kappa = the number of hazards that can occur.
         kappa = 1.0 + (s_next >= 0) + np.bincount(rep, minlength=ee.size)
@@ -227,6 +243,22 @@ def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndar
     row_of[tt, kk] = rows.add([(U[tt, kk], 1.0), (U[tt, kk - 1], -1.0), (R[tt, kk], -M[kk])], 0.0, 0.0)
     tf, ef = np.nonzero(F >= 0)
     rows.add_pairs(row_of[tf, dst[ef] + 1], F[tf, ef], M[src[ef]])
+    return row_of
+
+
+def _add_frontier_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray,
+                              M: np.ndarray, room: float) -> np.ndarray:
+    """U[t, t] - const = sum M S[t] + sum_{k<=t} M_k R[t,k] - sum_{k<t} freed(t, k) <= budget - const."""
+    T, n = R.shape
+    src = graph.edges[:, 0]
+    ids = rows.add([(np.full(T, -1), 0.0)], -np.inf, room, size=T)
+    for idx, coef in ((S, M), (R, M)):
+        tt, ii = np.nonzero(idx >= 0)
+        rows.add_pairs(ids[tt], idx[tt, ii], coef[ii])
+    tf, ef = np.nonzero(F >= 0)
+    rows.add_pairs(ids[tf], F[tf, ef], -M[src[ef]])
+    row_of = np.full((T, n), -1, dtype=np.int64)
+    row_of[np.arange(T), np.arange(T)] = ids
     return row_of
 
 
