@@ -27,10 +27,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from remat.graph import DFGraph, GraphError
-from remat.schedule import Schedule
+from remat.schedule import Schedule, simulate
 from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.ilp import build_checkmate_milp, memory_lower_bound
+from remat.strategies.eviction import solve_eviction_greedy
+from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
+from remat.strategies.recompute import solve_min_r
+from remat.strategies.rounding import DEFAULT_THRESHOLDS
 
 
 @dataclass
@@ -67,9 +70,34 @@ def batch_upper_bound(graph: DFGraph, budget: float) -> int:
 
 
 def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str) -> tuple[str, Any]:
+    """Is there a schedule within ``budget`` costing at most the cap of eq. (10)? Exact, cheapest test first.
+
+    Checkpoint-all or a fast heuristic within the cap proves "yes" by example; the
+    memory lower bound, or an infeasible LP of the frontier relaxation with the cost
+    cap, proves "no"; rounding that LP may give an example; only then the full
+    feasibility MILP runs (its time limit may leave the answer "unknown").
+    """
+    cap = cost_cap(graph) * (1 + 1e-9)
     if graph.constant_memory + checkpoint_all_peak_activations(graph) <= budget:
         return "feasible", checkpoint_all_schedule(graph)
-    milp = build_checkmate_milp(graph, budget, cost_bound=cost_cap(graph) * (1 + 1e-9))
+    if check_budget(graph, budget) is not None:
+        return "infeasible", None
+    greedy = solve_eviction_greedy(graph, budget)
+    if greedy.has_schedule and greedy.cost <= cap:
+        return "feasible", greedy.schedule
+    relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
+    lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=time_limit, threads=threads))
+    if lp.status == "infeasible":
+        return "infeasible", None
+    if lp.status == "optimal":
+        _, S_star = relax.fractional(lp.x)
+        for p in DEFAULT_THRESHOLDS:
+            S = np.tril(S_star > p, -1)
+            schedule = Schedule(solve_min_r(graph, S), S)
+            sim = simulate(graph, schedule, plan=False)
+            if sim.within(budget) and sim.cost <= cap:
+                return "feasible", schedule
+    milp = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap)
     milp.problem.c[:] = 0.0  # feasibility only: stop at the first schedule
     out = solve_milp(milp.problem, backend, SolverOptions(time_limit=time_limit, threads=threads))
     if out.status in ("optimal", "feasible"):
@@ -78,8 +106,6 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
 
 
 def checkpoint_all_peak_activations(graph: DFGraph) -> float:
-    from remat.schedule import simulate
-
     return simulate(graph, checkpoint_all_schedule(graph), plan=False).peak_memory - graph.constant_memory
 
 
