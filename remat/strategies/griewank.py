@@ -137,7 +137,7 @@ def revolve_s(graph: DFGraph, slots: int) -> np.ndarray:
                 stored[k - 1] = k - 1  # first sweep: computed in its own frontier stage
             else:
                 pending.append(k - 1)
-        elif k - 1 in stored:
+        elif k - 1 in stored and stage is not None:  # a restore before any mapped adjoint reads nothing
             S[stored.pop(k - 1) + 1 : stage + 1, k - 1] = True
     return S
 

@@ -30,7 +30,6 @@ from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.eviction import solve_eviction_greedy
 from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
 from remat.strategies.recompute import solve_min_r
 from remat.strategies.rounding import DEFAULT_THRESHOLDS
@@ -82,9 +81,9 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
         return "feasible", checkpoint_all_schedule(graph)
     if check_budget(graph, budget) is not None:
         return "infeasible", None
-    greedy = solve_eviction_greedy(graph, budget)
-    if greedy.has_schedule and greedy.cost <= cap:
-        return "feasible", greedy.schedule
+    for example in _heuristic_schedules(graph, budget):
+        if example.cost <= cap:
+            return "feasible", example.schedule
     relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
     lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=time_limit, threads=threads))
     if lp.status == "infeasible":
@@ -103,6 +102,19 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
     if out.status in ("optimal", "feasible"):
         return "feasible", milp.schedule(out.x)
     return ("infeasible" if out.status == "infeasible" else "unknown"), None
+
+
+def _heuristic_schedules(graph: DFGraph, budget: float):
+    """In-budget schedules of the fast heuristics (every one is a point of the MILP's space)."""
+    from remat.strategies import get_strategy
+
+    for name in ("eviction_greedy", "linearized_greedy", "ap_greedy", "chen_greedy"):
+        try:
+            result = get_strategy(name)(graph, budget, grid_size=40)
+        except (GraphError, ValueError):
+            continue  # chain-only heuristics on other graphs
+        if result.has_schedule:
+            yield result
 
 
 def checkpoint_all_peak_activations(graph: DFGraph) -> float:
