@@ -50,7 +50,7 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     graph, label, cost_model = graph_from_config(cfg)
     budget = resolve_budget(cfg.budget, graph)
     name = cfg.strategy.name
-    lookup_strategy(name)  # an unknown strategy fails here, before anything is written
+    fn = lookup_strategy(name)  # an unknown strategy fails here, before anything is written
     steps = int(cfg.get("train", {}).get("steps", 0) or 0)
     if steps > 0 and not cfg.get("model"):
         raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train); drop train.steps")
@@ -58,6 +58,8 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     solver = OmegaConf.to_container(cfg.solver, resolve=True)
     options = cfg.strategy.get("options")
     extra = OmegaConf.to_container(options, resolve=True) if options is not None else {}
+    if "on_incumbent" in inspect.signature(fn).parameters:
+        extra["on_incumbent"] = incumbent_printer(graph)  # the anytime answer, as it improves
     result = solve_cell(graph, name, budget, solver, int(cfg.seed), extra)
     context = {"experiment": "solve", "graph": label, "model": cfg.model.name if cfg.get("model") else "",
                "cost_model": cost_model, "platform": cfg.platform.name, "platform_memory": cfg.platform.memory}
@@ -75,6 +77,18 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
         _train(trainer, cfg, graph, result.schedule, steps)
     print(f"saved to {output_dir}")
     return row
+
+
+def incumbent_printer(graph: Any) -> Any:
+    """Print each improving schedule: time, cost and proved bound (x checkpoint-all), and their gap."""
+    base = graph.total_cost or 1.0
+
+    def show(seconds: float, cost: float, bound: float) -> None:
+        gap = (cost - bound) / cost if cost > 0 else 0.0
+        print(f"  {seconds:8.1f} s  cost {cost / base:.5f}x  bound {bound / base:.5f}x  gap {100 * gap:6.2f} %",
+              flush=True)
+
+    return show
 
 
 def summary_table(row: dict[str, Any], graph: Any) -> str:
