@@ -197,6 +197,7 @@ def main() -> None:
         for key in ("live", "rss", "time_s"):
             a, b = r.get(key), mine.get(key)
             r[f"{key}/ours"] = a / b if a and b and a == a and b == b else None
+    for r in rows:  # units only after every ratio is taken
         for key in ("live", "rss", "pred"):
             if r.get(key) is not None:
                 r[key] = r[key] / mib

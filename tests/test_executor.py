@@ -98,7 +98,7 @@ def chain_graph():
 
 def schedule_for(graph, strategy: str, fraction: float = 0.9):
     budget = fraction * no_recompute_peak(graph) if strategy != "checkpoint_all" else float("inf")
-    return solve_or_skip(graph, strategy, budget, **({"time_limit": 20} if strategy == "ilp" else {}))
+    return solve_or_skip(graph, strategy, budget, **({"time_limit": 20} if strategy.startswith("ilp") else {}))
 
 
 def solve_or_skip(graph, strategy: str, budget: float, **options):
@@ -243,7 +243,7 @@ def test_zoo_every_strategy_gives_autograd_gradients(name, strategy):
     peak, const = no_recompute_peak(graph), graph.constant_memory
     budget = const + 0.7 * (peak - const) if strategy != "checkpoint_all" else float("inf")
     options = {}
-    if strategy == "ilp":
+    if strategy.startswith("ilp"):
         warm = get_strategy("approx_lp_deterministic")(graph, budget)
         options = {"time_limit": 60, "warm_start": warm.schedule if warm.has_schedule else None}
     schedule = solve_or_skip(graph, strategy, budget, **options)
