@@ -54,6 +54,8 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     steps = int(cfg.get("train", {}).get("steps", 0) or 0)
     if steps > 0 and not cfg.get("model"):
         raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train); drop train.steps")
+    if steps > 0 and (cfg.get("frontend", "torch") != "torch" or cfg.cost_model.name == "reference"):
+        raise InputError("train.steps > 0 trains the PyTorch model: use frontend=torch, cost_model=flops or profile")
     trainer = _trainer() if steps > 0 else None
     solver = OmegaConf.to_container(cfg.solver, resolve=True)
     options = cfg.strategy.get("options")
@@ -127,21 +129,22 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 def _trainer() -> Any:
     try:
-        import remat.frontends.torch as front
-    except ImportError:
-        front = None
-    fn = getattr(front, "train", None) if front is not None else None
-    if fn is None:
-        raise MissingAPIError("training with a schedule (train.steps > 0) is not available yet: "
-                              "remat.frontends.torch has no train() (issue 5); leave train.steps=0")
-    return fn
+        from remat.frontends.torch_exec import train
+    except ImportError as exc:
+        raise MissingAPIError(f"train.steps > 0 needs remat.frontends.torch_exec ({exc})") from None
+    return train
 
 
 def _train(fn: Any, cfg: Any, graph: Any, schedule: Any, steps: int) -> None:
     from remat.models import get_model
 
-    options = {"model": get_model(cfg.model.name), "graph": graph, "schedule": schedule, "steps": steps,
-               "batch_size": int(cfg.model.batch_size)}
+    sample_shape = (int(cfg.model.channels), *(int(v) for v in cfg.model.resolution))
+    model = get_model(cfg.model.name, **dict(cfg.model.get("kwargs") or {}))
+    options = {"model": model, "graph": graph, "schedule": schedule, "steps": steps,
+               "batch_size": int(cfg.model.batch_size), "sample_shape": sample_shape, "seed": int(cfg.seed)}
     params = inspect.signature(fn).parameters
     out = fn(**{k: v for k, v in options.items() if k in params})
-    print(f"trained {steps} steps with the schedule: {out}")
+    last = out[-1] if out else {}
+    print(f"trained {steps} steps with the schedule: last loss {last.get('loss', float('nan')):.4f}, "
+          f"peak {last.get('tracked_peak', 0) / 2**20:.1f} MiB tracked vs {last.get('predicted_peak', 0) / 2**20:.1f} "
+          f"MiB predicted by simulate()")

@@ -106,11 +106,6 @@ def solve_or_skip(graph, strategy: str, budget: float, **options):
         result = get_strategy(strategy)(graph, budget, **options)
     except GraphError as exc:
         pytest.skip(f"{strategy} does not apply: {exc}")
-    except TypeError as exc:
-        if strategy != "griewank_logn":
-            raise
-        # Known bug in remat/strategies/griewank.py (reported): a chain with a node no backward reads (flatten).
-        pytest.xfail(f"griewank_logn crashes on graph {graph.name!r}: {exc}")
     if not result.has_schedule:
         pytest.skip(f"{strategy} finds no schedule for {graph.name!r} at {budget:.0f} bytes: {result.message}")
     return result.schedule
