@@ -101,9 +101,8 @@ BAD = {
     "unknown platform": (lambda p, t: ["platform=tpu"], "unknown platform 'tpu'"),
     "training a graph file": (lambda p, t: ["strategy=checkpoint_all", "train.steps=2"], "needs model="),
 }
-if "def train(" not in (ROOT / "remat" / "frontends" / "torch.py").read_text():  # the executor of issue 5
-    BAD["training without the executor"] = (
-        lambda p, t: ["graph=null", "model=mobilenet", "cost_model=reference", "train.steps=2"], "not available yet")
+BAD["training on the Keras reference graph"] = (
+    lambda p, t: ["graph=null", "model=mobilenet", "cost_model=reference", "train.steps=2"], "use frontend=torch")
 
 
 def _write(path: Path, text: str) -> Path:
