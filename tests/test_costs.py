@@ -15,14 +15,7 @@ from remat.frontends.torch import extract
 from remat.frontends.torch_trace import trace
 from remat.models import get_model
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # The test machine is shared: oversubscribed intra-op threads make tiny CPU ops 100x slower.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture

@@ -25,12 +25,7 @@ from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_pe
 RTOL, ATOL = 1e-5, 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class Net(nn.Module):

@@ -15,14 +15,7 @@ from remat.reference import load_reference_graph, reference_graphs_available
 from remat.schedule import simulate
 from remat.strategies.checkpoint import checkpoint_all_schedule
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # The test machine is shared: oversubscribed intra-op threads make tiny CPU ops 100x slower.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def small_shape(name: str) -> tuple[int, int, int]:

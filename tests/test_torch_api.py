@@ -9,13 +9,7 @@ from test_executor import ATOL, RTOL, SHAPE, Net, assert_same_training_state
 
 import remat.torch as rt
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def pair(seed: int = 0):
