@@ -82,9 +82,11 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
         x.Start = np.asarray(warm_start, float)
 
     callback = None
-    if options.on_incumbent is not None and is_mip:
+    if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
         def callback(cb_model, where: int) -> None:
-            if where == GRB.Callback.MIPSOL:
+            if where == GRB.Callback.MIPSOL and options.on_solution is not None:
+                options.on_solution(cb_model.cbGet(GRB.Callback.RUNTIME), np.array(cb_model.cbGetSolution(x)))
+            if where == GRB.Callback.MIPSOL and options.on_incumbent is not None:
                 bound = cb_model.cbGet(GRB.Callback.MIPSOL_OBJBND)
                 options.on_incumbent(cb_model.cbGet(GRB.Callback.RUNTIME), cb_model.cbGet(GRB.Callback.MIPSOL_OBJ),
                                      bound if abs(bound) < GRB.INFINITY else math.copysign(math.inf, bound))

@@ -49,12 +49,15 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
         sol.col_value = np.asarray(warm_start, float).tolist()
         sol.value_valid = True
         h.setSolution(sol)
-    if options.on_incumbent is not None and is_mip:
+    if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
         start = time.perf_counter()
 
         def improving(_event: int, _msg: str, data_out, _data_in, _user) -> None:
-            options.on_incumbent(time.perf_counter() - start, data_out.objective_function_value,
-                                 data_out.mip_dual_bound)
+            seconds = time.perf_counter() - start
+            if options.on_solution is not None:
+                options.on_solution(seconds, np.array(data_out.mip_solution))
+            if options.on_incumbent is not None:
+                options.on_incumbent(seconds, data_out.objective_function_value, data_out.mip_dual_bound)
 
         h.setCallback(improving, None)
         h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution)

@@ -39,6 +39,7 @@ from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
+from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, milp_result
 from remat.strategies.recompute import solve_min_r
 from remat.strategies.result import SolveResult, Status, result_from_schedule
@@ -114,6 +115,7 @@ def solve_ilp_certified(
     thresholds: Iterable[float] = DEFAULT_THRESHOLDS,
     allowances: Iterable[float] = (0.0, 0.02, 0.05),
     use_lp: bool = True,
+    exact_model: str = "frontier",
     warm_start: Schedule | None = None,
     on_incumbent: Callable[[float, float, float], None] | None = None,
     verbose: bool = False,
@@ -123,8 +125,10 @@ def solve_ilp_certified(
     start = time.perf_counter()
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"time limit must be positive seconds, got {time_limit!r}; omit it for no limit")
+    if exact_model not in ("frontier", "full"):
+        raise ValueError(f"exact_model must be 'frontier' or 'full', got {exact_model!r}")
     options = {"time_limit": time_limit, "mip_gap": mip_gap, "threads": threads, "backend": backend,
-               "heuristics": list(heuristics), "use_lp": use_lp}
+               "heuristics": list(heuristics), "use_lp": use_lp, "exact_model": exact_model}
     reason = check_budget(graph, budget)
     if reason is not None:
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=time.perf_counter() - start,
@@ -187,15 +191,27 @@ def solve_ilp_certified(
                 return finish()
         if time_limit is not None and inc.elapsed() >= time_limit:
             return finish(message="time limit reached after the LP stage")
+    solver_options = SolverOptions(remaining(), mip_gap, threads, verbose)
+    if exact_model == "frontier":
+        # Stage 4: branch and bound on the frontier relaxation, tightened lazily (remat.strategies.frontier).
+        lazy = solve_frontier_lazily(graph, budget, solver_options, backend, inc.schedule,
+                                     on_schedule=lambda schedule, cost: inc.offer(schedule, "frontier_bb", cost),
+                                     on_bound=inc.raise_bound)
+        if lazy.status == "infeasible":
+            return finish(Status.INFEASIBLE, "branch and bound on a relaxation proved no schedule fits",
+                          {"proof": "frontier relaxation MILP"})
+        if lazy.status == "error" and inc.schedule is None:
+            return finish(Status.ERROR, lazy.message)
+        return finish(message=lazy.message, stats={"lazy": lazy.stats})
+    # Stage 4 (exact_model="full"): branch and cut on (9) itself, from the incumbent.
     milp = build_checkmate_milp(graph, budget, free_formulation="tight")
-    # Stage 4: branch and cut from the incumbent.
     x0 = milp.vector(inc.schedule) if inc.schedule is not None and milp.fits(inc.schedule) else None
 
     def improving(seconds: float, objective: float, bound: float) -> None:
         inc.raise_bound(milp.cost(bound))
         inc.cost_hint(milp.cost(objective))
 
-    solver_options = SolverOptions(remaining(), mip_gap, threads, verbose, improving)
+    solver_options.on_incumbent = improving
     out = solve_milp(milp.problem, backend, solver_options, x0)
     if out.status == "infeasible":
         return finish(Status.INFEASIBLE, "branch and cut proved no schedule fits", {"proof": "MILP"})

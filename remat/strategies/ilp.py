@@ -91,6 +91,7 @@ def build_checkmate_milp(
     free_formulation: str = "paper",
     cost_bound: float | None = None,
     frontier_relaxation: bool = False,
+    extra_steps: np.ndarray | None = None,
 ) -> CheckmateMilp:
     """Build problem (9) (or, with ``partitioned=False``, eqs. 1a-1f with memory).
 
@@ -107,11 +108,16 @@ def build_checkmate_milp(
     summed over the stage, so no U variables), and Free keeps only its upper
     bounds (7c) - Free enters memory with a minus sign, so its lower bound (7b)
     never binds at an optimum of the relaxation. Its LP optimum is a valid lower
-    bound on (9); its schedules must be checked by ``simulate()``.
+    bound on (9); its schedules must be checked by ``simulate()``. ``extra_steps``
+    (pairs ``(t, k)``, ``k < t``) enforce the budget at those steps too, as the
+    sum of eqs. (2)-(4) up to ``k``: still a relaxation, tightened where a
+    relaxed schedule broke the budget (:mod:`remat.strategies.frontier`).
     """
     start = time.perf_counter()
     if frontier_relaxation and not partitioned:
         raise ValueError("the frontier relaxation is defined for frontier-advancing (partitioned) stages only")
+    if extra_steps is not None and not frontier_relaxation:
+        raise ValueError("extra_steps only applies to the frontier relaxation; (9) bounds every step already")
     if free_formulation not in ("paper", "tight"):
         raise ValueError(f"free_formulation must be 'paper' or 'tight', got {free_formulation!r}")
     n, T = graph.n, graph.n
@@ -169,7 +175,10 @@ def build_checkmate_milp(
     _add_free_rows(rows, graph, R, S, F, free_formulation, lower=not frontier_relaxation)
     if frontier_relaxation:
         room = (budget - graph.constant_memory) / memory_scale
-        memory_rows = _add_frontier_memory_rows(rows, graph, R, S, F, M, room)
+        steps = np.stack([np.arange(T), np.arange(T)], axis=1)
+        if extra_steps is not None:
+            steps = np.unique(np.concatenate([steps, np.asarray(extra_steps, np.int64).reshape(-1, 2)]), axis=0)
+        memory_rows = _add_step_memory_rows(rows, graph, R, S, F, M, room, steps)
     else:
         memory_rows = _add_memory_rows(rows, graph, R, S, U, F, M, graph.constant_memory / memory_scale)
     if cost_bound is not None:
@@ -246,19 +255,24 @@ def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndar
     return row_of
 
 
-def _add_frontier_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray,
-                              M: np.ndarray, room: float) -> np.ndarray:
-    """U[t, t] - const = sum M S[t] + sum_{k<=t} M_k R[t,k] - sum_{k<t} freed(t, k) <= budget - const."""
+def _add_step_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray,
+                          M: np.ndarray, room: float, steps: np.ndarray) -> np.ndarray:
+    """Eqs. (2)-(4) summed up to step ``k`` of stage ``t``, one row per ``(t, k)`` in ``steps``:
+
+    ``sum M S[t] + sum_{j<=k} M_j R[t,j] - sum_{edges (i,j), j<k} M_i Free[t,(i,j)] <= budget - const``.
+    """
     T, n = R.shape
-    src = graph.edges[:, 0]
-    ids = rows.add([(np.full(T, -1), 0.0)], -np.inf, room, size=T)
-    for idx, coef in ((S, M), (R, M)):
-        tt, ii = np.nonzero(idx >= 0)
-        rows.add_pairs(ids[tt], idx[tt, ii], coef[ii])
-    tf, ef = np.nonzero(F >= 0)
-    rows.add_pairs(ids[tf], F[tf, ef], -M[src[ef]])
+    src, dst = graph.edges[:, 0], graph.edges[:, 1]
+    t, k = steps[:, 0], steps[:, 1]
+    ids = rows.add([(np.full(len(steps), -1), 0.0)], -np.inf, room, size=len(steps))
+    pr, ii = np.nonzero(S[t] >= 0)
+    rows.add_pairs(ids[pr], S[t[pr], ii], M[ii])
+    pr, jj = np.nonzero((R[t] >= 0) & (np.arange(n)[None, :] <= k[:, None]))
+    rows.add_pairs(ids[pr], R[t[pr], jj], M[jj])
+    pr, ee = np.nonzero((F[t] >= 0) & (dst[None, :] < k[:, None]))
+    rows.add_pairs(ids[pr], F[t[pr], ee], -M[src[ee]])
     row_of = np.full((T, n), -1, dtype=np.int64)
-    row_of[np.arange(T), np.arange(T)] = ids
+    row_of[t, k] = ids
     return row_of
 
 
