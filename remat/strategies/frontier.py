@@ -64,13 +64,17 @@ def solve_frontier_lazily(
     on_schedule: Callable[[Schedule, float], None] | None = None,
     on_bound: Callable[[float], None] | None = None,
     max_rounds: int = 100,
+    cost_bound: float | None = None,
+    feasibility: bool = False,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 
     ``on_schedule(schedule, cost)`` hears every budget-valid schedule found on
     the way (from the solver's improving solutions), ``on_bound(bound)`` every
     proved lower bound, both in cost units. ``options.time_limit`` covers all
-    rounds together.
+    rounds together. ``cost_bound`` adds eq. (10)'s ``sum C R <= cost_bound``;
+    ``feasibility=True`` drops the objective, so any valid schedule answers
+    (status ``optimal``) and ``infeasible`` is a proof that none exists.
     """
     start = time.perf_counter()
     best = LazyOutcome("time_limit", schedule=warm_start)
@@ -89,7 +93,9 @@ def solve_frontier_lazily(
     while True:
         rounds += 1
         relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
-                                     extra_steps=steps)
+                                     extra_steps=steps, cost_bound=cost_bound)
+        if feasibility:
+            relax.problem.c[:] = 0.0
         left = None if options.time_limit is None else options.time_limit - (time.perf_counter() - start)
         if left is not None and left <= 0:
             break
@@ -105,7 +111,7 @@ def solve_frontier_lazily(
                                       improving, dict(options.extra))
         x0 = relax.vector(best.schedule) if best.schedule is not None and relax.fits(best.schedule) else None
         out = solve_milp(relax.problem, backend, round_options, x0)
-        if out.bound is not None and np.isfinite(out.bound):
+        if out.bound is not None and np.isfinite(out.bound) and not feasibility:
             best.bound = max(best.bound or -np.inf, relax.cost(out.bound))
             if on_bound is not None:
                 on_bound(best.bound)

@@ -30,6 +30,7 @@ from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
+from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
 from remat.strategies.recompute import solve_min_r
 from remat.strategies.rounding import DEFAULT_THRESHOLDS
@@ -96,12 +97,11 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
             sim = simulate(graph, schedule, plan=False)
             if sim.within(budget) and sim.cost <= cap:
                 return "feasible", schedule
-    milp = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap)
-    milp.problem.c[:] = 0.0  # feasibility only: stop at the first schedule
-    out = solve_milp(milp.problem, backend, SolverOptions(time_limit=time_limit, threads=threads))
-    if out.status in ("optimal", "feasible"):
-        return "feasible", milp.schedule(out.x)
-    return ("infeasible" if out.status == "infeasible" else "unknown"), None
+    lazy = solve_frontier_lazily(graph, budget, SolverOptions(time_limit=time_limit, threads=threads), backend,
+                                 cost_bound=cap, feasibility=True)
+    if lazy.schedule is not None:
+        return "feasible", lazy.schedule
+    return ("infeasible" if lazy.status == "infeasible" else "unknown"), None
 
 
 def _heuristic_schedules(graph: DFGraph, budget: float):
