@@ -1,6 +1,7 @@
 """Issue 7's target, measured: plain MILP vs the certified ilp pipeline on the reference graphs.
 
     python benchmarks/solve_reference_graphs.py [--time-limit 600] [--graphs vgg16 ...] [--fractions 0.9 0.8 ...]
+        [--skip-plain] [--ablations full_bb no_lp no_heur]
 
 Per graph x budget (fractions of checkpoint_all's peak): the plain MILP (problem 9 on
 HiGHS, no warm start, no memory-bound shortcut) and the pipeline (remat.strategies.certified), each given the
@@ -29,14 +30,20 @@ from remat.strategies.checkpoint import no_recompute_peak  # noqa: E402
 from remat.strategies.ilp import solve_ilp  # noqa: E402
 
 
-def cell(graph, fraction: float, time_limit: float, skip_plain: bool) -> dict:
+def cell(graph, fraction: float, time_limit: float, skip_plain: bool, ablations: list[str]) -> dict:
     budget = fraction * no_recompute_peak(graph)
     row: dict = {"graph": graph.name, "budget": fraction}
     if not skip_plain:
         plain = solve_ilp(graph, budget, time_limit=time_limit, memory_bound_check=False)
         row |= {"plain_s": plain.solve_time, "plain_status": str(plain.status),
-                "plain_obj": plain.cost / graph.total_cost, "plain_gap": plain.gap}
+                "plain_obj": plain.cost / graph.total_cost, "plain_bound": _relative(plain.lower_bound, graph),
+                "plain_gap": plain.gap}
     pipe = solve_ilp_certified(graph, budget, time_limit=time_limit, mip_gap=1e-4)
+    for name in ablations:
+        # The pipeline with one idea taken out, to measure that idea on its own.
+        other = solve_ilp_certified(graph, budget, time_limit=time_limit, mip_gap=1e-4, **ABLATIONS[name])
+        certified = other.status in (Status.OPTIMAL, Status.INFEASIBLE)
+        row[f"{name}_s"] = other.solve_time if certified else None
     ms = pipe.stats.get("milestones", {})
     proved_infeasible = pipe.status == Status.INFEASIBLE
     row |= {
@@ -45,6 +52,7 @@ def cell(graph, fraction: float, time_limit: float, skip_plain: bool) -> dict:
         "opt_s": pipe.solve_time if pipe.status in (Status.OPTIMAL, Status.INFEASIBLE) else None,
         "status": str(pipe.status),
         "overhead": pipe.cost / graph.total_cost,
+        "bound": _relative(pipe.lower_bound, graph),
         "gap": pipe.gap,
         "source": pipe.stats.get("incumbent_source", pipe.stats.get("proof", "")),
     }
@@ -53,20 +61,35 @@ def cell(graph, fraction: float, time_limit: float, skip_plain: bool) -> dict:
     return row
 
 
+def _relative(bound: float | None, graph) -> float | None:
+    return None if bound is None else bound / graph.total_cost
+
+
+# Ablations: the pipeline without one of its ideas.
+ABLATIONS = {
+    "full_bb": {"exact_model": "full"},  # branch and cut on (9) instead of the lazy frontier relaxation
+    "no_lp": {"use_lp": False},  # no LP bound / rounding stage
+    "no_heur": {"heuristics": ()},  # no heuristic incumbents
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--graphs", nargs="+", default=list(REFERENCE_GRAPHS))
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.9, 0.8, 0.7, 0.6, 0.5])
     parser.add_argument("--skip-plain", action="store_true", help="run only the pipeline")
+    parser.add_argument("--ablations", nargs="*", default=[], choices=sorted(ABLATIONS),
+                        help="also time the pipeline without each of these ideas (time to a certified answer)")
     args = parser.parse_args()
     rows = []
     for graph in benchmark_graphs(args.graphs):
         for fraction in args.fractions:
-            rows.append(cell(graph, fraction, args.time_limit, args.skip_plain))
+            rows.append(cell(graph, fraction, args.time_limit, args.skip_plain, args.ablations))
             print(markdown_table([rows[-1]], list(rows[-1])).splitlines()[-1], flush=True)
-    columns = ["graph", "budget", "plain_s", "plain_status", "plain_obj", "plain_gap", "first_s", "gap1_s", "opt_s",
-               "status", "overhead", "gap", "source", "speedup"]
+    columns = ["graph", "budget", "plain_s", "plain_status", "plain_obj", "plain_bound", "plain_gap", "first_s",
+               "gap1_s", "opt_s", "status", "overhead", "bound", "gap", "source", "speedup"]
+    columns += [f"{a}_s" for a in args.ablations]
     print()
     print(markdown_table(rows, [c for c in columns if any(c in r for r in rows)]))
     speedups = [r["speedup"] for r in rows if r.get("speedup")]

@@ -9,19 +9,23 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
 1. **Cheap infeasibility proof**: computing node k needs its inputs resident and
    its output allocated (eqs. 1b, 3), so a budget below
    :func:`~remat.strategies.ilp.memory_lower_bound` is infeasible - no solve.
-2. **Trivial bound and heuristic incumbent**: every node runs at least once, so
-   ``sum_i C_i`` bounds the cost from below (and checkpoint-all is optimal when
-   it fits). Fast baselines (App. B greedy generalisations, coarse grid) give a
-   first schedule within seconds; :mod:`~remat.strategies.eviction` first, as it
-   is often within a fraction of a percent at moderate budgets.
+2. **Trivial bound and a heuristic incumbent**: every node runs at least once,
+   so ``sum_i C_i`` bounds the cost from below (and checkpoint-all is optimal
+   when it fits). :mod:`~remat.strategies.eviction` gives a first schedule in
+   well under a second, often within a fraction of a percent at moderate budgets.
 3. **LP bound and rounding** (§5): the LP of the frontier relaxation of (9)
    (budget enforced at each stage's frontier step only; see
    :func:`~remat.strategies.ilp.build_checkmate_milp`) is a proved lower bound,
-   as tight as the full LP on the reference graphs and about ten times faster;
-   two-phase rounding of its ``S*`` at several thresholds, and at small budget
-   allowances (§5.3), gives incumbents often within a fraction of a percent.
-4. **Branch and cut** on (9), warm-started from the best schedule so far, with
-   the requested relative gap and what is left of the time limit.
+   as tight as the full LP on the reference graphs and about ten times faster.
+   It often certifies the first heuristic at once; otherwise the other fast
+   baselines (App. B greedy generalisations, coarse grid) and two-phase rounding
+   of ``S*`` at several thresholds and small budget allowances (§5.3) add
+   incumbents.
+4. **Branch and bound** warm-started from the best schedule so far, with the
+   requested relative gap and what is left of the time limit: by default on the
+   frontier relaxation, tightened lazily where its answer breaks the budget
+   (:mod:`~remat.strategies.frontier`, exact); ``exact_model="full"`` runs
+   branch and cut on (9) itself instead.
 
 The answer is ``optimal`` when the gap to the best proved bound is within
 ``mip_gap``, ``feasible`` otherwise, ``infeasible`` only with a proof (memory
@@ -148,49 +152,34 @@ def solve_ilp_certified(
         return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
                                     lower_bound=inc.bound, options=options, stats=stats, message=message)
 
-    # Stage 2: checkpoint-all, a given warm start, fast heuristics.
+    # Stage 2: checkpoint-all, a given warm start, the first (fastest) heuristic.
     inc.offer(checkpoint_all_schedule(graph), "checkpoint_all")
     if warm_start is not None:
         inc.offer(warm_start, "warm_start")
+    names = list(heuristics) if graph.has_training_structure else []
+    if inc.certified() or _offer_heuristics(inc, names[:1], grid_size):
+        return finish()
+    # Stage 3: the LP bound often certifies that heuristic at once; then the other heuristics, then
+    # rounding at budget allowances (each a further LP), as long as half the time is left.
+    lp_options = SolverOptions(time_limit=remaining(), threads=threads, verbose=verbose)
+    if use_lp:
+        status = _lp_rounding(inc, 0.0, thresholds, lp_options)
+        if status == "infeasible":
+            return finish(Status.INFEASIBLE, "the LP relaxation is infeasible, so no schedule fits",
+                          {"proof": "LP relaxation"})
+        if inc.certified():
+            return finish()
+    if _offer_heuristics(inc, names[1:], grid_size):
+        return finish()
+    for eps in allowances if use_lp else ():
+        if eps > 0 and (time_limit is None or remaining() > 0.5 * time_limit):
+            lp_options.time_limit = remaining()
+            if _lp_rounding(inc, eps, thresholds, lp_options) != "optimal" or inc.certified():
+                break
     if inc.certified():
         return finish()
-    if graph.has_training_structure:
-        from remat.strategies import get_strategy
-
-        for name in heuristics:
-            try:
-                result = get_strategy(name)(graph, budget, grid_size=grid_size)
-            except GraphError:
-                continue  # e.g. chen_greedy on a non-linear graph
-            if result.has_schedule:
-                inc.offer(result.schedule, name, result.cost)
-            if inc.certified():
-                return finish()
-    # Stage 3: LP bound and two-phase rounding, on the frontier relaxation (same bound, far smaller LP).
-    if use_lp:
-        for eps in allowances:
-            if eps > 0 and time_limit is not None and remaining() < 0.5 * time_limit:
-                break
-            relax = build_checkmate_milp(graph, (1 - eps) * budget, free_formulation="tight",
-                                         frontier_relaxation=True)
-            lp = solve_milp(relax.problem.relaxed(), "highs",
-                            SolverOptions(time_limit=remaining(), threads=threads, verbose=verbose))
-            if lp.status == "infeasible" and eps == 0:
-                return finish(Status.INFEASIBLE, "the LP relaxation is infeasible, so no schedule fits",
-                              {"proof": "LP relaxation"})
-            if lp.status != "optimal":
-                break
-            if eps == 0:
-                inc.raise_bound(relax.cost(lp.objective))
-                inc.milestones["lp"] = inc.elapsed()
-            _, S_star = relax.fractional(lp.x)
-            for p in thresholds:
-                S = np.tril(S_star > p, -1)
-                inc.offer(Schedule(solve_min_r(graph, S), S), f"lp_rounding@{p},eps={eps}")
-            if inc.certified():
-                return finish()
-        if time_limit is not None and inc.elapsed() >= time_limit:
-            return finish(message="time limit reached after the LP stage")
+    if time_limit is not None and inc.elapsed() >= time_limit:
+        return finish(message="time limit reached before branch and bound")
     solver_options = SolverOptions(remaining(), mip_gap, threads, verbose)
     if exact_model == "frontier":
         # Stage 4: branch and bound on the frontier relaxation, tightened lazily (remat.strategies.frontier).
@@ -222,6 +211,43 @@ def solve_ilp_certified(
         inc.offer(milp.schedule(out.x), "branch_and_cut")
     return finish(message=out.message, stats={"solver": out.stats, "variables": milp.problem.num_vars,
                                               "constraints": milp.problem.num_rows})
+
+
+def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool:
+    """Offer each named heuristic's schedule; True as soon as one is certified."""
+    from remat.strategies import get_strategy
+
+    for name in names:
+        try:
+            result = get_strategy(name)(inc.graph, inc.budget, grid_size=grid_size)
+        except GraphError:
+            continue  # e.g. chen_greedy on a non-linear graph
+        if result.has_schedule:
+            inc.offer(result.schedule, name, result.cost)
+        if inc.certified():
+            return True
+    return False
+
+
+def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], options: SolverOptions) -> str:
+    """§5: LP of the frontier relaxation at budget ``(1 - eps) B``, its bound (eps = 0) and its roundings.
+
+    The frontier relaxation's LP bound is as tight as the full LP's on the
+    reference graphs and about ten times faster. Returns the LP's status.
+    """
+    graph = inc.graph
+    relax = build_checkmate_milp(graph, (1 - eps) * inc.budget, free_formulation="tight", frontier_relaxation=True)
+    lp = solve_milp(relax.problem.relaxed(), "highs", options)
+    if lp.status != "optimal":
+        return lp.status
+    if eps == 0:
+        inc.raise_bound(relax.cost(lp.objective))
+        inc.milestones["lp"] = inc.elapsed()
+    _, S_star = relax.fractional(lp.x)
+    for p in thresholds:
+        S = np.tril(S_star > p, -1)
+        inc.offer(Schedule(solve_min_r(graph, S), S), f"lp_rounding@{p},eps={eps}")
+    return lp.status
 
 
 def _register() -> None:
