@@ -65,3 +65,13 @@ def test_warm_start_and_callbacks_report_valid_schedules_and_bounds():
     assert all(not len(violated_steps(graph, s, budget)) for s, _ in seen)
     assert max(bounds) <= out.cost + 1e-6
     assert isinstance(out.schedule, Schedule)
+
+
+@pytest.mark.parametrize("backend", ["highs", "gurobi", "cpsat"])
+def test_every_backend_runs_the_lazy_rounds_to_the_same_optimum(backend):
+    graph = random_training_graph(5, 5)
+    lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
+    budget = lo + 0.5 * (hi - lo)
+    out = solve_frontier_lazily(graph, budget, EXACT, backend=backend)
+    assert out.status == "optimal" and out.stats["rounds"] >= 2
+    assert out.cost == pytest.approx(solve_ilp(graph, budget, mip_gap=0).cost)
