@@ -75,3 +75,15 @@ def test_every_backend_runs_the_lazy_rounds_to_the_same_optimum(backend):
     out = solve_frontier_lazily(graph, budget, EXACT, backend=backend)
     assert out.status == "optimal" and out.stats["rounds"] >= 2
     assert out.cost == pytest.approx(solve_ilp(graph, budget, mip_gap=0).cost)
+
+
+@pytest.mark.parametrize("forward, seed, fraction", LAZY_CELLS[:3])
+def test_restarting_at_budget_breaking_incumbents_stays_exact(forward, seed, fraction):
+    graph = random_training_graph(forward, seed)
+    lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
+    budget = lo + fraction * (hi - lo)
+    out = solve_frontier_lazily(graph, budget, EXACT, restart=True)
+    plain = solve_ilp(graph, budget, mip_gap=0)
+    assert out.status == str(plain.status)
+    if out.status == "optimal":
+        assert out.cost == pytest.approx(plain.cost)

@@ -54,8 +54,9 @@ class SolverOptions:
     verbose: bool = False
     # Called with (seconds, objective, bound) whenever an improving solution is found.
     on_incumbent: Callable[[float, float, float], None] | None = None
-    # Called with (seconds, x) for each improving solution's vector (HiGHS and Gurobi; CP-SAT reports costs only).
-    on_solution: Callable[[float, np.ndarray], None] | None = None
+    # Called with (seconds, x) for each improving solution's vector; a true return stops the solve, which then
+    # answers as at a time limit (HiGHS and Gurobi; CP-SAT reports costs only).
+    on_solution: Callable[[float, np.ndarray], bool | None] | None = None
     # Backend-specific settings by the backend's own names (e.g. HiGHS {"solver": "ipm"}).
     extra: dict = field(default_factory=dict)
 

@@ -85,7 +85,8 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
     if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
         def callback(cb_model, where: int) -> None:
             if where == GRB.Callback.MIPSOL and options.on_solution is not None:
-                options.on_solution(cb_model.cbGet(GRB.Callback.RUNTIME), np.array(cb_model.cbGetSolution(x)))
+                if options.on_solution(cb_model.cbGet(GRB.Callback.RUNTIME), np.array(cb_model.cbGetSolution(x))):
+                    cb_model.terminate()
             if where == GRB.Callback.MIPSOL and options.on_incumbent is not None:
                 bound = cb_model.cbGet(GRB.Callback.MIPSOL_OBJBND)
                 options.on_incumbent(cb_model.cbGet(GRB.Callback.RUNTIME), cb_model.cbGet(GRB.Callback.MIPSOL_OBJ),

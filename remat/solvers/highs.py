@@ -51,16 +51,23 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
         h.setSolution(sol)
     if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
         start = time.perf_counter()
+        kind = highspy.cb.HighsCallbackType
+        stop = [False]
 
-        def improving(_event: int, _msg: str, data_out, _data_in, _user) -> None:
+        def callback(event: int, _msg: str, data_out, data_in, _user) -> None:
+            if event == kind.kCallbackMipInterrupt:
+                data_in.user_interrupt = stop[0]
+                return
             seconds = time.perf_counter() - start
             if options.on_solution is not None:
-                options.on_solution(seconds, np.array(data_out.mip_solution))
+                stop[0] = bool(options.on_solution(seconds, np.array(data_out.mip_solution))) or stop[0]
             if options.on_incumbent is not None:
                 options.on_incumbent(seconds, data_out.objective_function_value, data_out.mip_dual_bound)
 
-        h.setCallback(improving, None)
-        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution)
+        h.setCallback(callback, None)
+        h.startCallback(kind.kCallbackMipImprovingSolution)
+        if options.on_solution is not None:
+            h.startCallback(kind.kCallbackMipInterrupt)
 
     start = time.perf_counter()
     h.run()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from remat.graph import DFGraph
-from remat.schedule import Schedule, simulate
+from remat.schedule import Schedule, Simulation, simulate
 from remat.solvers.base import SolverOptions, solve_milp
 from remat.strategies.ilp import build_checkmate_milp
 
@@ -48,11 +48,10 @@ class LazyOutcome:
     stats: dict = field(default_factory=dict)
 
 
-def violated_steps(graph: DFGraph, schedule: Schedule, budget: float) -> np.ndarray:
+def violated_steps(graph: DFGraph, schedule: Schedule, budget: float, sim: Simulation | None = None) -> np.ndarray:
     """The ``(t, k)`` steps where ``schedule`` computes node k above ``budget``, per ``simulate()``."""
-    sim = simulate(graph, schedule, plan=False)
-    over = schedule.R & (sim.memory > budget * (1 + 1e-7))
-    return np.argwhere(over)
+    sim = sim if sim is not None else simulate(graph, schedule, plan=False)
+    return np.argwhere(schedule.R & (sim.memory > budget * (1 + 1e-7)))
 
 
 def solve_frontier_lazily(
@@ -66,6 +65,7 @@ def solve_frontier_lazily(
     max_rounds: int = 100,
     cost_bound: float | None = None,
     feasibility: bool = False,
+    restart: bool = False,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 
@@ -75,6 +75,9 @@ def solve_frontier_lazily(
     rounds together. ``cost_bound`` adds eq. (10)'s ``sum C R <= cost_bound``;
     ``feasibility=True`` drops the objective, so any valid schedule answers
     (status ``optimal``) and ``infeasible`` is a proof that none exists.
+    ``restart`` stops a round at the first improving relaxed schedule that
+    breaks the budget (HiGHS, Gurobi), adds its rows and starts the next round,
+    instead of letting that schedule prune the search as an incumbent.
     """
     start = time.perf_counter()
     best = LazyOutcome("time_limit", schedule=warm_start)
@@ -83,12 +86,15 @@ def solve_frontier_lazily(
     steps = np.zeros((0, 2), np.int64)
     rounds = 0
 
-    def offer(schedule: Schedule) -> None:
+    def assess(schedule: Schedule) -> np.ndarray:
+        """The steps where ``schedule`` breaks the budget; keeps it as the best when it breaks none."""
         sim = simulate(graph, schedule, plan=False)
-        if sim.within(budget) and sim.cost < best.cost - 1e-9:
+        over = violated_steps(graph, schedule, budget, sim)
+        if sim.valid and not len(over) and sim.cost < best.cost - 1e-9:
             best.schedule, best.cost = schedule, sim.cost
             if on_schedule is not None:
                 on_schedule(schedule, sim.cost)
+        return over
 
     while True:
         rounds += 1
@@ -100,8 +106,13 @@ def solve_frontier_lazily(
         if left is not None and left <= 0:
             break
 
-        def improving(_seconds: float, x: np.ndarray, relax=relax) -> None:
-            offer(relax.schedule(x))
+        pending: list[np.ndarray] = []
+
+        def improving(_seconds: float, x: np.ndarray, relax=relax, pending=pending) -> bool:
+            over = assess(relax.schedule(x))
+            if len(over):
+                pending.append(over)
+            return restart and bool(len(over))
 
         def bound_hint(_seconds: float, _objective: float, bound: float, relax=relax) -> None:
             if on_bound is not None and np.isfinite(bound):
@@ -120,9 +131,7 @@ def solve_frontier_lazily(
             break
         if out.x is None:
             break  # time limit without a relaxed schedule
-        answer = relax.schedule(out.x)
-        offer(answer)
-        over = violated_steps(graph, answer, budget)
+        over = np.unique(np.concatenate([assess(relax.schedule(out.x)), *pending]), axis=0)
         if out.status == "optimal" and len(over) == 0:
             best.status = "optimal"
             break
