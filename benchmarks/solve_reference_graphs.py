@@ -1,7 +1,7 @@
 """Issue 7's target, measured: plain MILP vs the certified ilp pipeline on the reference graphs.
 
     python benchmarks/solve_reference_graphs.py [--time-limit 600] [--graphs vgg16 ...] [--fractions 0.9 0.8 ...]
-        [--skip-plain] [--ablations full_bb no_lp no_heur]
+        [--skip-plain] [--ablations full_bb no_lp no_heur] [--max-batch | --max-batch-only]
 
 Per graph x budget (fractions of checkpoint_all's peak): the plain MILP (problem 9 on
 HiGHS, no warm start, no memory-bound shortcut) and the pipeline (remat.strategies.certified), each given the
@@ -10,6 +10,8 @@ status / objective / bound; pipeline time to first schedule, to a certified 1 % 
 optimality, objective, bound; and the speed-up to optimality where both prove it.
 The summary gives the geometric-mean speed-up and how many cells meet each target
 (1 % certified gap or infeasibility proof within the limit; first schedule <= 10 s).
+``--max-batch`` adds the exact maximum batch size at 16 GB per graph (eq. 10), each
+feasibility probe under the same time limit, with the total time to the proof.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from remat.strategies import Status  # noqa: E402
 from remat.strategies.certified import solve_ilp_certified  # noqa: E402
 from remat.strategies.checkpoint import no_recompute_peak  # noqa: E402
 from remat.strategies.ilp import solve_ilp  # noqa: E402
+from remat.strategies.maxbatch import max_batch_size  # noqa: E402
 
 
 def cell(graph, fraction: float, time_limit: float, skip_plain: bool, ablations: list[str]) -> dict:
@@ -79,11 +82,23 @@ def main() -> None:
     parser.add_argument("--graphs", nargs="+", default=list(REFERENCE_GRAPHS))
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.9, 0.8, 0.7, 0.6, 0.5])
     parser.add_argument("--skip-plain", action="store_true", help="run only the pipeline")
+    parser.add_argument("--max-batch", action="store_true",
+                        help="also prove the exact maximum batch size (eq. 10) at --max-batch-budget per graph")
+    parser.add_argument("--max-batch-only", action="store_true", help="only the maximum batch sizes")
+    parser.add_argument("--max-batch-budget", type=float, default=16e9)
     parser.add_argument("--ablations", nargs="*", default=[], choices=sorted(ABLATIONS),
                         help="also time the pipeline without each of these ideas (time to a certified answer)")
     args = parser.parse_args()
+    graphs = benchmark_graphs(args.graphs)
+    if not args.max_batch_only:
+        solve_cells(graphs, args)
+    if args.max_batch or args.max_batch_only:
+        prove_max_batches(graphs, args.max_batch_budget, args.time_limit)
+
+
+def solve_cells(graphs: list, args: argparse.Namespace) -> None:
     rows = []
-    for graph in benchmark_graphs(args.graphs):
+    for graph in graphs:
         for fraction in args.fractions:
             rows.append(cell(graph, fraction, args.time_limit, args.skip_plain, args.ablations))
             print(markdown_table([rows[-1]], list(rows[-1])).splitlines()[-1], flush=True)
@@ -100,6 +115,22 @@ def main() -> None:
           f"(or proved infeasible): {first_ok}; geometric-mean speed-up over the {len(optimal)} cells the plain "
           f"MILP proved optimal: {geomean(optimal):.2f}x; over the {len(speedups)} it proved optimal or "
           f"infeasible: {geomean(speedups):.2f}x")
+
+
+def prove_max_batches(graphs: list, budget: float, time_limit: float) -> None:
+    """Issue 7's last target: the exact maximum batch at ``budget`` per graph, each probe under ``time_limit``."""
+    rows = []
+    for graph in graphs:
+        result = max_batch_size(graph, budget, strategy="ilp", time_limit=time_limit)
+        rows.append({"graph": graph.name, "max_batch": result.max_batch,
+                     "smallest_infeasible": result.smallest_infeasible, "exact": result.exact,
+                     "seconds": result.solve_time, "probes": len(result.probes),
+                     "slowest_probe_s": max((p["seconds"] for p in result.probes), default=0.0)})
+        print(markdown_table([rows[-1]], list(rows[-1])).splitlines()[-1], flush=True)
+    print(f"\nExact maximum batch size at {budget:.3g} bytes (cost within one extra forward pass, eq. 10)\n")
+    print(markdown_table(rows, list(rows[0])))
+    proved = sum(1 for r in rows if r["exact"] and r["seconds"] <= 1800)
+    print(f"\nproved exact within 30 min: {proved} of {len(rows)}")
 
 
 def geomean(values: list[float]) -> float:
