@@ -121,7 +121,11 @@ def prove_max_batches(graphs: list, budget: float, time_limit: float) -> None:
     """Issue 7's last target: the exact maximum batch at ``budget`` per graph, each probe under ``time_limit``."""
     rows = []
     for graph in graphs:
-        result = max_batch_size(graph, budget, strategy="ilp", time_limit=time_limit)
+        def progress(probe: dict, name: str = graph.name) -> None:
+            print(f"  {name}: batch {probe['batch']} {probe['verdict']} in {probe['seconds']:.1f} s",
+                  file=sys.stderr, flush=True)
+
+        result = max_batch_size(graph, budget, strategy="ilp", time_limit=time_limit, on_probe=progress)
         rows.append({"graph": graph.name, "max_batch": result.max_batch,
                      "smallest_infeasible": result.smallest_infeasible, "exact": result.exact,
                      "seconds": result.solve_time, "probes": len(result.probes),

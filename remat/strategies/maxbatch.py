@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,11 +141,13 @@ def max_batch_size(
     time_limit: float | None = None,
     threads: int = 1,
     backend: str = "highs",
+    on_probe: Callable[[dict[str, Any]], None] | None = None,
     **options: Any,
 ) -> MaxBatchResult:
     """The maximum batch size for ``strategy`` at ``budget`` bytes; see the module docstring.
 
-    ``time_limit`` bounds each MILP probe (search) or the single model (milp).
+    ``time_limit`` bounds each MILP probe (search) or the single model (milp);
+    ``on_probe`` hears each probe's ``{"batch", "verdict", "seconds"}`` as it ends.
     """
     if graph.batch_size is None:
         raise GraphError(f"graph {graph.name!r} does not record its batch size; it cannot be rescaled")
@@ -171,6 +174,8 @@ def max_batch_size(
         else:
             verdict, schedule = _probe_strategy(g, budget, strategy, options)
         probes.append({"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0})
+        if on_probe is not None:
+            on_probe(probes[-1])
         if verdict == "feasible" and B > best[0]:
             best = (B, schedule)
         elif verdict == "infeasible" and (infeasible is None or B < infeasible):
