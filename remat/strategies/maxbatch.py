@@ -75,9 +75,16 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
 
     Checkpoint-all or a fast heuristic within the cap proves "yes" by example; the
     memory lower bound, or an infeasible LP of the frontier relaxation with the cost
-    cap, proves "no"; rounding that LP may give an example; only then the full
-    feasibility MILP runs (its time limit may leave the answer "unknown").
+    cap, proves "no"; rounding that LP may give an example; only then the
+    feasibility MILP runs, on the frontier relaxation with lazily added rows
+    (:mod:`remat.strategies.frontier`). ``time_limit`` covers the whole probe;
+    reaching it leaves the answer "unknown".
     """
+    start = time.perf_counter()
+
+    def left() -> float | None:
+        return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
+
     cap = cost_cap(graph) * (1 + 1e-9)
     if graph.constant_memory + checkpoint_all_peak_activations(graph) <= budget:
         return "feasible", checkpoint_all_schedule(graph)
@@ -87,7 +94,7 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
         if example.cost <= cap:
             return "feasible", example.schedule
     relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
-    lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=time_limit, threads=threads))
+    lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=left(), threads=threads))
     if lp.status == "infeasible":
         return "infeasible", None
     if lp.status == "optimal":
@@ -98,7 +105,7 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
             sim = simulate(graph, schedule, plan=False)
             if sim.within(budget) and sim.cost <= cap:
                 return "feasible", schedule
-    lazy = solve_frontier_lazily(graph, budget, SolverOptions(time_limit=time_limit, threads=threads), backend,
+    lazy = solve_frontier_lazily(graph, budget, SolverOptions(time_limit=left(), threads=threads), backend,
                                  cost_bound=cap, feasibility=True)
     if lazy.schedule is not None:
         return "feasible", lazy.schedule
@@ -146,7 +153,7 @@ def max_batch_size(
 ) -> MaxBatchResult:
     """The maximum batch size for ``strategy`` at ``budget`` bytes; see the module docstring.
 
-    ``time_limit`` bounds each MILP probe (search) or the single model (milp);
+    ``time_limit`` bounds each probe (search) or the single model (milp);
     ``on_probe`` hears each probe's ``{"batch", "verdict", "seconds"}`` as it ends.
     """
     if graph.batch_size is None:
