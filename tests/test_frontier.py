@@ -87,3 +87,12 @@ def test_restarting_at_budget_breaking_incumbents_stays_exact(forward, seed, fra
     assert out.status == str(plain.status)
     if out.status == "optimal":
         assert out.cost == pytest.approx(plain.cost)
+
+
+def test_a_warm_start_over_the_budget_is_ignored():
+    graph = random_training_graph(4, 1)
+    lo = BruteForce(graph).min_budget()
+    assert no_recompute_peak(graph) > lo  # so checkpoint-all breaks this budget
+    out = solve_frontier_lazily(graph, lo, EXACT, warm_start=checkpoint_all_schedule(graph))
+    assert out.status == "optimal" and out.cost == pytest.approx(BruteForce(graph).solve(lo)[0])
+    assert not len(violated_steps(graph, out.schedule, lo))

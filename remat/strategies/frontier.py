@@ -80,9 +80,11 @@ def solve_frontier_lazily(
     instead of letting that schedule prune the search as an incumbent.
     """
     start = time.perf_counter()
-    best = LazyOutcome("time_limit", schedule=warm_start)
+    best = LazyOutcome("time_limit")
     if warm_start is not None:
-        best.cost = simulate(graph, warm_start, plan=False).cost
+        sim = simulate(graph, warm_start, plan=False)
+        if sim.within(budget):  # a warm start over the budget is ignored, not returned
+            best.schedule, best.cost = warm_start, sim.cost
     steps = np.zeros((0, 2), np.int64)
     rounds = 0
 
