@@ -214,3 +214,22 @@ def test_inexact_models_never_claim_optimality_or_infeasibility():
     assert out.status == "feasible" and out.bound is None and "restriction" in out.message
     assert out.objective == pytest.approx(-2.0)  # the lattice holds the integers, not the true optimum -2.5
     assert np.all(restricted.A @ out.x <= 2.5 + 1e-9)
+
+
+def test_highs_reports_the_dual_bound_while_it_searches():
+    from remat.solvers import highs
+    from remat.strategies.checkpoint import no_recompute_peak
+    from remat.strategies.ilp import build_checkmate_milp, memory_lower_bound
+
+    graph = random_training_graph(6, 0)
+    lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
+    milp = build_checkmate_milp(graph, lo + 0.3 * (hi - lo))  # a budget that needs branching
+    bounds = []
+    old = highs.BOUND_REPORT_SECONDS
+    highs.BOUND_REPORT_SECONDS = 0.0  # report at every interrupt check
+    try:
+        out = solve_milp(milp.problem, "highs", SolverOptions(mip_gap=0, on_bound=lambda s, b: bounds.append(b)))
+    finally:
+        highs.BOUND_REPORT_SECONDS = old
+    assert out.status == "optimal" and bounds
+    assert max(b for b in bounds if np.isfinite(b)) <= out.objective + 1e-6

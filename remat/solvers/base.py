@@ -57,6 +57,9 @@ class SolverOptions:
     # Called with (seconds, x) for each improving solution's vector; a true return stops the solve, which then
     # answers as at a time limit (HiGHS and Gurobi; CP-SAT reports costs only).
     on_solution: Callable[[float, np.ndarray], bool | None] | None = None
+    # Called with (seconds, bound) every few seconds while a MIP search runs (HiGHS; others report bounds only
+    # with solutions).
+    on_bound: Callable[[float, float], None] | None = None
     # Backend-specific settings by the backend's own names (e.g. HiGHS {"solver": "ipm"}).
     extra: dict = field(default_factory=dict)
 

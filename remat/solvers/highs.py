@@ -9,6 +9,8 @@ import numpy as np
 
 from remat.solvers.base import MilpProblem, SolverOptions, SolverOutput
 
+BOUND_REPORT_SECONDS = 2.0  # how often on_bound hears the dual bound during a search
+
 
 def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.ndarray | None = None) -> SolverOutput:
     """Solve with HiGHS's branch-and-cut (or its LP solver when no column is integral)."""
@@ -49,14 +51,20 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
         sol.col_value = np.asarray(warm_start, float).tolist()
         sol.value_valid = True
         h.setSolution(sol)
-    if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
+    hooks = (options.on_incumbent, options.on_solution, options.on_bound)
+    if is_mip and any(hook is not None for hook in hooks):
         start = time.perf_counter()
         kind = highspy.cb.HighsCallbackType
         stop = [False]
+        last_report = [0.0]
 
         def callback(event: int, _msg: str, data_out, data_in, _user) -> None:
             if event == kind.kCallbackMipInterrupt:
                 data_in.user_interrupt = stop[0]
+                seconds = time.perf_counter() - start
+                if options.on_bound is not None and seconds - last_report[0] >= BOUND_REPORT_SECONDS:
+                    last_report[0] = seconds
+                    options.on_bound(seconds, data_out.mip_dual_bound)
                 return
             seconds = time.perf_counter() - start
             if options.on_solution is not None:
@@ -66,7 +74,7 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
 
         h.setCallback(callback, None)
         h.startCallback(kind.kCallbackMipImprovingSolution)
-        if options.on_solution is not None:
+        if options.on_solution is not None or options.on_bound is not None:
             h.startCallback(kind.kCallbackMipInterrupt)
 
     start = time.perf_counter()

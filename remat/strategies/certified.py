@@ -201,6 +201,7 @@ def solve_ilp_certified(
         inc.cost_hint(milp.cost(objective))
 
     solver_options.on_incumbent = improving
+    solver_options.on_bound = lambda seconds, bound: inc.raise_bound(milp.cost(bound))
     out = solve_milp(milp.problem, backend, solver_options, x0)
     if out.status == "infeasible":
         return finish(Status.INFEASIBLE, "branch and cut proved no schedule fits", {"proof": "MILP"})

@@ -120,8 +120,9 @@ def solve_frontier_lazily(
             if on_bound is not None and np.isfinite(bound):
                 on_bound(relax.cost(bound))
 
-        round_options = SolverOptions(left, options.mip_gap, options.threads, options.verbose, bound_hint,
-                                      improving, dict(options.extra))
+        round_options = SolverOptions(
+            left, options.mip_gap, options.threads, options.verbose, on_incumbent=bound_hint, on_solution=improving,
+            on_bound=lambda seconds, bound, hint=bound_hint: hint(seconds, 0.0, bound), extra=dict(options.extra))
         x0 = relax.vector(best.schedule) if best.schedule is not None and relax.fits(best.schedule) else None
         out = solve_milp(relax.problem, backend, round_options, x0)
         if out.bound is not None and np.isfinite(out.bound) and not feasibility:
