@@ -45,9 +45,8 @@ from remat.solvers.base import SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, milp_result
-from remat.strategies.recompute import solve_min_r
 from remat.strategies.result import SolveResult, Status, result_from_schedule
-from remat.strategies.rounding import DEFAULT_THRESHOLDS
+from remat.strategies.rounding import DEFAULT_THRESHOLDS, rounded_schedule
 
 DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized_greedy")
 
@@ -246,8 +245,7 @@ def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], optio
         inc.milestones["lp"] = inc.elapsed()
     _, S_star = relax.fractional(lp.x)
     for p in thresholds:
-        S = np.tril(S_star > p, -1)
-        inc.offer(Schedule(solve_min_r(graph, S), S), f"lp_rounding@{p},eps={eps}")
+        inc.offer(rounded_schedule(graph, S_star > p), f"lp_rounding@{p},eps={eps}")
     return lp.status
 
 

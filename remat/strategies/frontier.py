@@ -99,14 +99,14 @@ def solve_frontier_lazily(
         return over
 
     while True:
+        left = None if options.time_limit is None else options.time_limit - (time.perf_counter() - start)
+        if left is not None and left <= 0:
+            break
         rounds += 1
         relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
                                      extra_steps=steps, cost_bound=cost_bound)
         if feasibility:
             relax.problem.c[:] = 0.0
-        left = None if options.time_limit is None else options.time_limit - (time.perf_counter() - start)
-        if left is not None and left <= 0:
-            break
 
         pending: list[np.ndarray] = []
 
@@ -116,13 +116,16 @@ def solve_frontier_lazily(
                 pending.append(over)
             return restart and bool(len(over))
 
-        def bound_hint(_seconds: float, _objective: float, bound: float, relax=relax) -> None:
+        def report_bound(bound: float, relax=relax) -> None:
+            # The relaxation's objectives are not schedule costs (its solutions may break the budget); bounds are.
             if on_bound is not None and np.isfinite(bound):
                 on_bound(relax.cost(bound))
 
         round_options = SolverOptions(
-            left, options.mip_gap, options.threads, options.verbose, on_incumbent=bound_hint, on_solution=improving,
-            on_bound=lambda seconds, bound, hint=bound_hint: hint(seconds, 0.0, bound), extra=dict(options.extra))
+            left, options.mip_gap, options.threads, options.verbose,
+            on_incumbent=lambda _s, _objective, bound, report=report_bound: report(bound),
+            on_solution=improving, on_bound=lambda _s, bound, report=report_bound: report(bound),
+            extra=dict(options.extra))
         x0 = relax.vector(best.schedule) if best.schedule is not None and relax.fits(best.schedule) else None
         out = solve_milp(relax.problem, backend, round_options, x0)
         if out.bound is not None and np.isfinite(out.bound) and not feasibility:

@@ -33,8 +33,7 @@ from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
-from remat.strategies.recompute import solve_min_r
-from remat.strategies.rounding import DEFAULT_THRESHOLDS
+from remat.strategies.rounding import DEFAULT_THRESHOLDS, rounded_schedule
 
 
 @dataclass
@@ -100,8 +99,7 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
     if lp.status == "optimal":
         _, S_star = relax.fractional(lp.x)
         for p in DEFAULT_THRESHOLDS:
-            S = np.tril(S_star > p, -1)
-            schedule = Schedule(solve_min_r(graph, S), S)
+            schedule = rounded_schedule(graph, S_star > p)
             sim = simulate(graph, schedule, plan=False)
             if sim.within(budget) and sim.cost <= cap:
                 return "feasible", schedule

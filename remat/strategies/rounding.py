@@ -50,6 +50,11 @@ def randomized_roundings(samples: int, seed: int) -> Rounder:
     return rounder
 
 
+def rounded_schedule(graph: DFGraph, S: np.ndarray) -> Schedule:
+    """Phase two of Algorithm 2: a rounded checkpoint matrix ``S`` with its minimum recomputation ``R``."""
+    return Schedule(solve_min_r(graph, S), np.tril(S, -1))
+
+
 def two_phase_rounding(
     graph: DFGraph,
     budget: float,
@@ -85,7 +90,7 @@ def two_phase_rounding(
         _, S_star = milp.fractional(lp.x)
         fits = 0
         for S in rounder(S_star):
-            schedule = Schedule(solve_min_r(graph, S), np.tril(S, -1))
+            schedule = rounded_schedule(graph, S)
             sim = simulate(graph, schedule, plan=False)
             smallest_peak = min(smallest_peak, sim.peak_memory)
             if sim.within(budget):
