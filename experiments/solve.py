@@ -47,15 +47,16 @@ def graph_from_config(cfg: Any) -> tuple[Any, str, str]:
 def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
-    graph, label, cost_model = graph_from_config(cfg)
-    budget = resolve_budget(cfg.budget, graph)
-    name = cfg.strategy.name
-    fn = lookup_strategy(name)  # an unknown strategy fails here, before anything is written
+    # Checks on the config alone come first, so a refused run loads or extracts no graph.
     steps = int(cfg.get("train", {}).get("steps", 0) or 0)
     if steps > 0 and not cfg.get("model"):
         raise InputError("train.steps > 0 needs model=<name> (a graph file has no weights to train); drop train.steps")
     if steps > 0 and (cfg.get("frontend", "torch") != "torch" or cfg.cost_model.name == "reference"):
         raise InputError("train.steps > 0 trains the PyTorch model: use frontend=torch, cost_model=flops or profile")
+    graph, label, cost_model = graph_from_config(cfg)
+    budget = resolve_budget(cfg.budget, graph)
+    name = cfg.strategy.name
+    fn = lookup_strategy(name)  # an unknown strategy fails here, before anything is written
     trainer = _trainer() if steps > 0 else None
     solver = OmegaConf.to_container(cfg.solver, resolve=True)
     options = cfg.strategy.get("options")
