@@ -233,3 +233,42 @@ def test_highs_reports_the_dual_bound_while_it_searches():
         highs.BOUND_REPORT_SECONDS = old
     assert out.status == "optimal" and bounds
     assert max(b for b in bounds if np.isfinite(b)) <= out.objective + 1e-6
+
+
+@pytest.mark.parametrize("backend", ["highs", "gurobi"])
+def test_a_set_stop_event_ends_the_search_as_at_a_time_limit(backend):
+    import threading
+
+    from remat.strategies.ilp import memory_lower_bound
+
+    graph = random_training_graph(6, 0)
+    lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
+    milp = build_checkmate_milp(graph, lo + 0.3 * (hi - lo))
+    if backend == "gurobi" and (milp.problem.num_vars > 2000 or milp.problem.num_rows > 2000):
+        pytest.skip("model above the pip licence's size limit")
+    stop = threading.Event()
+    stop.set()
+    out = solve_milp(milp.problem, backend, SolverOptions(mip_gap=0, stop=stop))
+    assert out.status in ("feasible", "time_limit")
+    assert solve_milp(milp.problem, backend, SolverOptions(mip_gap=0)).status == "optimal"
+
+
+def test_highs_runs_with_any_thread_count_from_any_thread():
+    # HiGHS sizes one process-wide thread pool; a run asking for another size, or from a thread that ran under
+    # an older pool, used to fail at once with status "Not Set" (remat.solvers.highs).
+    import threading
+
+    milp = build_checkmate_milp(random_training_graph(4, 3), 30.0)
+    statuses = []
+
+    def run(threads: int) -> None:
+        statuses.append(solve_milp(milp.problem, "highs", SolverOptions(threads=threads)).status)
+
+    for threads, in_thread in ((2, False), (1, True), (1, False), (2, True), (2, False), (1, False)):
+        if in_thread:
+            worker = threading.Thread(target=run, args=(threads,))
+            worker.start()
+            worker.join()
+        else:
+            run(threads)
+    assert statuses == ["optimal"] * 6

@@ -12,6 +12,7 @@ those outcomes.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -62,6 +63,9 @@ class SolverOptions:
     on_bound: Callable[[float, float], None] | None = None
     # Backend-specific settings by the backend's own names (e.g. HiGHS {"solver": "ipm"}).
     extra: dict = field(default_factory=dict)
+    # Set from another thread to end a MIP search as at a time limit (HiGHS and Gurobi), e.g. when a
+    # concurrent solve has already proved the answer.
+    stop: threading.Event | None = None
 
 
 @dataclass(eq=False)

@@ -82,8 +82,10 @@ def _solve(gp, model, problem: MilpProblem, options: SolverOptions, warm_start: 
         x.Start = np.asarray(warm_start, float)
 
     callback = None
-    if (options.on_incumbent is not None or options.on_solution is not None) and is_mip:
+    if (options.on_incumbent is not None or options.on_solution is not None or options.stop is not None) and is_mip:
         def callback(cb_model, where: int) -> None:
+            if options.stop is not None and options.stop.is_set():
+                cb_model.terminate()
             if where == GRB.Callback.MIPSOL and options.on_solution is not None:
                 if options.on_solution(cb_model.cbGet(GRB.Callback.RUNTIME), np.array(cb_model.cbGetSolution(x))):
                     cb_model.terminate()

@@ -3,13 +3,57 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
 from remat.solvers.base import MilpProblem, SolverOptions, SolverOutput
 
 BOUND_REPORT_SECONDS = 2.0  # how often on_bound hears the dual bound during a search
+
+# HiGHS runs every instance in a process on one global thread pool, sized by the first run; a later run that
+# asks for another size fails at once ("Not Set"). Resizing (Highs.resetGlobalScheduler) also resets the
+# calling thread's view of the pool, but not other threads' views: a thread that ran HiGHS before a resize made
+# elsewhere fails the same way until it resizes itself. So the pool is resized only between runs, and a thread
+# whose view is stale resizes again before its next run.
+_pool = {"threads": 0, "active": 0, "generation": 0}
+_pool_lock = threading.Lock()
+_seen = threading.local()  # the pool generation this thread last ran under
+
+
+def _resize(threads: int) -> None:
+    """Size the pool for ``threads`` if no run holds it (call under the lock)."""
+    import highspy
+
+    stale = getattr(_seen, "generation", _pool["generation"]) != _pool["generation"]
+    if _pool["active"] == 0 and (_pool["threads"] != threads or stale):
+        if _pool["threads"]:
+            highspy.Highs.resetGlobalScheduler(True)
+            _pool["generation"] += 1
+        _pool["threads"] = threads
+    _seen.generation = _pool["generation"]
+
+
+def reserve_threads(threads: int) -> None:
+    """Size HiGHS's pool for ``threads`` from this thread, before other threads run HiGHS beside it."""
+    with _pool_lock:
+        _resize(threads)
+
+
+@contextmanager
+def _thread_pool(threads: int):
+    """Yield the thread count a run may use: ``threads``, or the pool's size while another run holds it."""
+    with _pool_lock:
+        _resize(threads)
+        _pool["active"] += 1
+        size = _pool["threads"]
+    try:
+        yield size
+    finally:
+        with _pool_lock:
+            _pool["active"] -= 1
 
 
 def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.ndarray | None = None) -> SolverOutput:
@@ -18,7 +62,6 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(options.verbose))
-    h.setOptionValue("threads", int(options.threads))
     h.setOptionValue("mip_rel_gap", float(options.mip_gap))
     h.setOptionValue("mip_feasibility_tolerance", 1e-7)
     h.setOptionValue("primal_feasibility_tolerance", 1e-7)
@@ -51,7 +94,7 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
         sol.col_value = np.asarray(warm_start, float).tolist()
         sol.value_valid = True
         h.setSolution(sol)
-    hooks = (options.on_incumbent, options.on_solution, options.on_bound)
+    hooks = (options.on_incumbent, options.on_solution, options.on_bound, options.stop)
     if is_mip and any(hook is not None for hook in hooks):
         start = time.perf_counter()
         kind = highspy.cb.HighsCallbackType
@@ -60,7 +103,7 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
 
         def callback(event: int, _msg: str, data_out, data_in, _user) -> None:
             if event == kind.kCallbackMipInterrupt:
-                data_in.user_interrupt = stop[0]
+                data_in.user_interrupt = stop[0] or (options.stop is not None and options.stop.is_set())
                 seconds = time.perf_counter() - start
                 if options.on_bound is not None and seconds - last_report[0] >= BOUND_REPORT_SECONDS:
                     last_report[0] = seconds
@@ -74,11 +117,13 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
 
         h.setCallback(callback, None)
         h.startCallback(kind.kCallbackMipImprovingSolution)
-        if options.on_solution is not None or options.on_bound is not None:
+        if options.on_solution is not None or options.on_bound is not None or options.stop is not None:
             h.startCallback(kind.kCallbackMipInterrupt)
 
     start = time.perf_counter()
-    h.run()
+    with _thread_pool(max(int(options.threads), 1)) as threads:
+        h.setOptionValue("threads", threads)
+        h.run()
     elapsed = time.perf_counter() - start
     status = h.getModelStatus()
     info = h.getInfo()
