@@ -57,7 +57,7 @@ def cell(graph, fraction: float, time_limit: float, skip_plain: bool, ablations:
         "overhead": pipe.cost / graph.total_cost,
         "bound": _relative(pipe.lower_bound, graph),
         "gap": pipe.gap,
-        "source": pipe.stats.get("incumbent_source", pipe.stats.get("proof", "")),
+        "source": pipe.stats.get("incumbent_source") or pipe.stats.get("proof", ""),
     }
     if not skip_plain and plain.status in (Status.OPTIMAL, Status.INFEASIBLE) and row["opt_s"]:
         row["speedup"] = plain.solve_time / max(row["opt_s"], 1e-3)

@@ -4,26 +4,57 @@ import pytest
 from brute_force import BruteForce
 
 from remat.generators import linear_chain, random_dag, random_training_graph
+from remat.schedule import simulate
 from remat.strategies import Status, get_strategy
 from remat.strategies.certified import solve_ilp_certified
-from remat.strategies.ilp import solve_ilp
+from remat.strategies.checkpoint import no_recompute_peak
+from remat.strategies.ilp import memory_lower_bound, solve_ilp
 
 GRAPHS = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in range(6)] + [random_dag(8, 3)]
 
 
+# One engine, and two racing on two threads (remat.strategies.certified.ENGINES).
+SETTINGS = {"serial": {}, "race": {"threads": 2}, "race_full": {"threads": 2, "race_with": "full"}}
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
-def test_pipeline_matches_exhaustive_search_and_plain_milp(graph):
+def test_pipeline_matches_exhaustive_search_and_plain_milp(graph, settings):
     bf = BruteForce(graph)
     lo = bf.min_budget()
     for budget in (lo, lo + 2, lo + 6):
         expected = bf.solve(budget)[0]
-        result = solve_ilp_certified(graph, budget, mip_gap=0)
+        result = solve_ilp_certified(graph, budget, mip_gap=0, **SETTINGS[settings])
         assert result.status == Status.OPTIMAL
         assert result.cost == pytest.approx(expected)
         assert result.lower_bound <= expected + 1e-6
         assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
-    below = solve_ilp_certified(graph, lo - 0.5)
+    below = solve_ilp_certified(graph, lo - 0.5, **SETTINGS[settings])
     assert below.status == Status.INFEASIBLE and "proof" in below.stats
+
+
+@pytest.mark.parametrize("race_with", ["frontier_norestart", "full"])
+def test_a_race_proves_the_optimum_where_branch_and_bound_is_needed(race_with):
+    # Budgets where heuristics, the LP and local search leave a gap, so both engines run.
+    for forward, seed in ((6, 0), (6, 4), (5, 5)):
+        graph = random_training_graph(forward, seed)
+        lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
+        budget = lo + 0.3 * (hi - lo)
+        plain = solve_ilp(graph, budget, mip_gap=0)
+        raced = solve_ilp_certified(graph, budget, mip_gap=0, threads=2, race_with=race_with)
+        assert raced.status == plain.status
+        if plain.status == Status.OPTIMAL:
+            assert raced.cost == pytest.approx(plain.cost) and raced.lower_bound <= plain.cost + 1e-6
+            assert simulate(graph, raced.schedule, plan=False).within(budget)
+
+
+def test_bad_engine_names_and_thread_counts_are_one_line_errors():
+    with pytest.raises(ValueError, match="race_with must be one of frontier, frontier_norestart, full"):
+        solve_ilp_certified(linear_chain(3), 10, race_with="gurobi")
+    with pytest.raises(ValueError, match="exact_model must be one of"):
+        solve_ilp_certified(linear_chain(3), 10, exact_model="cp")
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        solve_ilp_certified(linear_chain(3), 10, threads=0)
 
 
 def test_anytime_callback_reports_improving_schedules():

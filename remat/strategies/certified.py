@@ -34,6 +34,7 @@ bound, LP or MILP infeasibility), ``time_limit`` when no schedule was found.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -42,17 +43,34 @@ import numpy as np
 from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import SolverOptions, solve_milp
+from remat.solvers.highs import reserve_threads
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
-from remat.strategies.ilp import build_checkmate_milp, check_budget, milp_result
+from remat.strategies.ilp import build_checkmate_milp, check_budget
+from remat.strategies.local_search import search_near_schedules
 from remat.strategies.result import SolveResult, Status, result_from_schedule
 from remat.strategies.rounding import DEFAULT_THRESHOLDS, rounded_schedule
 
 DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized_greedy")
 
 
+RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
+
+# Exact last-stage engines: (model, HiGHS settings). Racing two that differ only in a setting pays because
+# branch-and-bound time varies by x0.5-x2 with such settings, in no fixed direction (issue 7 notes).
+ENGINES = {
+    "frontier": ("frontier", {}),
+    "frontier_norestart": ("frontier", {"mip_allow_restart": False}),
+    "full": ("full", {}),
+}
+
+
 class _Incumbent:
-    """The best schedule so far, the best proved bound, and when each milestone was reached."""
+    """The best schedule so far, the best proved bound, and when each milestone was reached.
+
+    Shared by the engines of a race, so every update holds a lock; ``stop`` is set
+    once the answer is decided, which ends every search still running.
+    """
 
     def __init__(self, graph: DFGraph, budget: float, gap: float, start: float,
                  on_incumbent: Callable[[float, float, float], None] | None) -> None:
@@ -64,6 +82,11 @@ class _Incumbent:
         self.bound = graph.total_cost  # every node is computed at least once
         self.on_incumbent = on_incumbent
         self.milestones: dict[str, float] = {}
+        self.proof = ""  # set when an engine proves that no schedule fits
+        self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
+        self.stop = threading.Event()
+        self._pool: list[tuple[float, Schedule]] = []  # every valid schedule offered
+        self._lock = threading.RLock()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -74,27 +97,42 @@ class _Incumbent:
             if not sim.within(self.budget):
                 return
             cost = sim.cost
-        if cost < self.cost - 1e-9:
-            self.cost, self.schedule, self.source = cost, schedule, source
-            self.milestones.setdefault("first_schedule", self.elapsed())
-            self._notify()
+        with self._lock:
+            self._pool.append((cost, schedule))
+            if cost < self.cost - 1e-9:
+                self.cost, self.schedule, self.source = cost, schedule, source
+                self.milestones.setdefault("first_schedule", self.elapsed())
+                self._notify()
+
+    def pool(self) -> list[Schedule]:
+        """Every valid schedule offered so far, cheapest first."""
+        with self._lock:
+            return [schedule for _, schedule in sorted(self._pool, key=lambda entry: entry[0])]
 
     def cost_hint(self, cost: float) -> None:
         """A solver's improving objective: reported at once, its schedule is collected when the solver returns."""
-        if cost < min(self.cost, self.hinted) - 1e-9:
-            self.hinted = cost
-            self._notify()
+        with self._lock:
+            if cost < min(self.cost, self.hinted) - 1e-9:
+                self.hinted = cost
+                self._notify()
 
     def raise_bound(self, bound: float | None) -> None:
-        if bound is not None and bound > self.bound:
-            self.bound = bound
-            self._notify()
+        with self._lock:
+            if bound is not None and bound > self.bound:
+                self.bound = bound
+                self._notify()
 
     def certified(self) -> bool:
-        done = self.schedule is not None and self.cost <= (1 + self.gap) * self.bound + 1e-9
-        if done:
-            self.milestones.setdefault("certified", self.elapsed())
-        return done
+        with self._lock:
+            done = self.schedule is not None and self.cost <= (1 + self.gap) * self.bound + 1e-9
+            if done:
+                self.milestones.setdefault("certified", self.elapsed())
+                self.stop.set()
+            return done
+
+    def decided(self) -> bool:
+        """Certified, proved infeasible, or stopped by an engine that finished."""
+        return self.certified() or self.stop.is_set()
 
     def _notify(self) -> None:
         best = min(self.cost, self.hinted)
@@ -104,6 +142,7 @@ class _Incumbent:
             self.milestones.setdefault("gap_1pct", self.elapsed())
         if self.on_incumbent is not None:
             self.on_incumbent(self.elapsed(), best, self.bound)
+        self.certified()
 
 
 def solve_ilp_certified(
@@ -119,98 +158,151 @@ def solve_ilp_certified(
     allowances: Iterable[float] = (0.0, 0.02, 0.05),
     use_lp: bool = True,
     exact_model: str = "frontier",
+    race_with: str | None = "frontier_norestart",
     warm_start: Schedule | None = None,
     on_incumbent: Callable[[float, float, float], None] | None = None,
     verbose: bool = False,
     **_: object,
 ) -> SolveResult:
-    """Optimal rematerialization (problem 9) by the staged pipeline of the module docstring."""
+    """Optimal rematerialization (problem 9) by the staged pipeline of the module docstring.
+
+    With ``threads >= 2`` on HiGHS, stage 4 races ``exact_model`` against
+    ``race_with`` (names in :data:`ENGINES`; None for no race) on two threads
+    from the same incumbent, each with half the threads; the first to decide
+    stops the other, and the bounds and schedules of both count.
+    """
     start = time.perf_counter()
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"time limit must be positive seconds, got {time_limit!r}; omit it for no limit")
-    if exact_model not in ("frontier", "full"):
-        raise ValueError(f"exact_model must be 'frontier' or 'full', got {exact_model!r}")
+    for key, name in (("exact_model", exact_model), ("race_with", race_with)):
+        if name not in ENGINES and not (key == "race_with" and name is None):
+            raise ValueError(f"{key} must be one of {', '.join(ENGINES)}, got {name!r}")
+    if int(threads) < 1:
+        raise ValueError(f"threads must be >= 1, got {threads!r}")
+    racing = race_with is not None and threads >= 2 and backend == "highs"
     options = {"time_limit": time_limit, "mip_gap": mip_gap, "threads": threads, "backend": backend,
-               "heuristics": list(heuristics), "use_lp": use_lp, "exact_model": exact_model}
+               "heuristics": list(heuristics), "use_lp": use_lp, "exact_model": exact_model,
+               "race_with": race_with if racing else None}
     reason = check_budget(graph, budget)
     if reason is not None:
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=time.perf_counter() - start,
                            message=reason, options=options, stats={"proof": "memory lower bound"})
     inc = _Incumbent(graph, budget, mip_gap, start, on_incumbent)
+    engine_threads = max(threads // 2, 1) if racing else threads
 
     def remaining() -> float | None:
         return None if time_limit is None else max(time_limit - inc.elapsed(), 1e-3)
 
-    def finish(status: Status | None = None, message: str = "", stats: dict | None = None) -> SolveResult:
-        stats = {"milestones": inc.milestones, "incumbent_source": inc.source, **(stats or {})}
-        if inc.schedule is None:
-            return SolveResult("ilp", status or Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
-                               lower_bound=inc.bound, message=message, options=options, stats=stats)
-        certified = inc.certified()
-        status = Status.OPTIMAL if certified else Status.FEASIBLE
-        return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
-                                    lower_bound=inc.bound, options=options, stats=stats, message=message)
+    def engine_options() -> SolverOptions:
+        return SolverOptions(remaining(), mip_gap, engine_threads, verbose, stop=inc.stop)
 
     # Stage 2: checkpoint-all, a given warm start, the first (fastest) heuristic.
     inc.offer(checkpoint_all_schedule(graph), "checkpoint_all")
     if warm_start is not None:
         inc.offer(warm_start, "warm_start")
     names = list(heuristics) if graph.has_training_structure else []
-    if inc.certified() or _offer_heuristics(inc, names[:1], grid_size):
-        return finish()
-    # Stage 3: the LP bound often certifies that heuristic at once; then the other heuristics, then
-    # rounding at budget allowances (each a further LP), as long as half the time is left.
-    lp_options = SolverOptions(time_limit=remaining(), threads=threads, verbose=verbose)
-    if use_lp:
-        status = _lp_rounding(inc, 0.0, thresholds, lp_options)
-        if status == "infeasible":
-            return finish(Status.INFEASIBLE, "the LP relaxation is infeasible, so no schedule fits",
-                          {"proof": "LP relaxation"})
-        if inc.certified():
-            return finish()
-    if _offer_heuristics(inc, names[1:], grid_size):
-        return finish()
-    for eps in allowances if use_lp else ():
+    outcomes: list[tuple[str, str, str, dict]] = []
+    if not (inc.certified() or _offer_heuristics(inc, names[:1], grid_size)):
+        _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None,
+                 SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
+    if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
+        racer = None
+        if racing:
+            reserve_threads(engine_threads)  # from this thread: see remat.solvers.highs
+            racer = threading.Thread(target=_run_engine, args=(inc, race_with, engine_options(), backend, outcomes),
+                                     name="remat-race", daemon=True)
+            racer.start()
+        try:
+            _run_engine(inc, exact_model, engine_options(), backend, outcomes)
+        finally:
+            inc.stop.set()
+            if racer is not None:
+                racer.join()
+    stats = {"milestones": inc.milestones, "incumbent_source": inc.source,
+             "engines": {name: {"status": status, **more} for name, status, _, more in outcomes}}
+    if inc.proof:
+        return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=inc.elapsed(), lower_bound=inc.bound,
+                           message=f"{inc.proof} proved that no schedule fits", options=options,
+                           stats={**stats, "proof": inc.proof})
+    message = "; ".join(m for _, _, m, _ in outcomes if m)
+    if inc.schedule is None:
+        errors = [m for _, status, m, _ in outcomes if status == "error"]
+        return SolveResult("ilp", Status.ERROR if errors else Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
+                           lower_bound=inc.bound, message=message, options=options, stats=stats)
+    status = Status.OPTIMAL if inc.certified() else Status.FEASIBLE
+    return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
+                                lower_bound=inc.bound, options=options, stats=stats, message=message)
+
+
+def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iterable[float],
+             allowances: Iterable[float] | None, lp_options: SolverOptions,
+             remaining: Callable[[], float | None]) -> None:
+    """Stage 3: the LP bound, the other heuristics, rounding at budget allowances (None: no LP)."""
+    time_limit = lp_options.time_limit
+    if allowances is not None:
+        if _lp_rounding(inc, 0.0, thresholds, lp_options) == "infeasible":
+            inc.proof = "the LP relaxation"
+            inc.stop.set()
+        if inc.decided():
+            return
+    if _offer_heuristics(inc, names, grid_size):
+        return
+    for eps in allowances or ():
+        if inc.decided():
+            return
         if eps > 0 and (time_limit is None or remaining() > 0.5 * time_limit):
             lp_options.time_limit = remaining()
-            if _lp_rounding(inc, eps, thresholds, lp_options) != "optimal" or inc.certified():
+            if _lp_rounding(inc, eps, thresholds, lp_options) != "optimal":
                 break
-    if inc.certified():
-        return finish()
-    if time_limit is not None and inc.elapsed() >= time_limit:
-        return finish(message="time limit reached before branch and bound")
-    solver_options = SolverOptions(remaining(), mip_gap, threads, verbose)
-    if exact_model == "frontier":
-        # Stage 4: branch and bound on the frontier relaxation, tightened lazily (remat.strategies.frontier).
-        lazy = solve_frontier_lazily(graph, budget, solver_options, backend, inc.schedule,
-                                     on_schedule=lambda schedule, cost: inc.offer(schedule, "frontier_bb", cost),
+    if not inc.decided() and inc.lp_solution is not None:
+        # RINS (remat.strategies.local_search): a near-optimal incumbent makes branch and bound far shorter.
+        left = remaining()
+        options = SolverOptions(RINS_SECONDS if left is None else min(left, max(1.0, RINS_SHARE * left)),
+                                threads=lp_options.threads, verbose=lp_options.verbose, stop=inc.stop)
+        search_near_schedules(inc.graph, inc.budget, *inc.lp_solution, inc.pool(), options,
+                              lambda schedule, cost: inc.offer(schedule, "rins", cost))
+
+
+def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str,
+                outcomes: list[tuple[str, str, str, dict]]) -> None:
+    """Stage 4: one exact engine of :data:`ENGINES` from the incumbent; appends (name, status, message, stats).
+
+    An engine that ends decided (optimal or infeasible) sets ``inc.stop``, ending any other still running.
+    """
+    model, settings = ENGINES[name]
+    options.extra = {**settings, **options.extra}
+    graph, budget = inc.graph, inc.budget
+    if model == "frontier":
+        # Branch and bound on the frontier relaxation, tightened lazily (remat.strategies.frontier).
+        lazy = solve_frontier_lazily(graph, budget, options, backend, inc.schedule,
+                                     on_schedule=lambda schedule, cost: inc.offer(schedule, name, cost),
                                      on_bound=inc.raise_bound)
-        if lazy.status == "infeasible":
-            return finish(Status.INFEASIBLE, "branch and bound on a relaxation proved no schedule fits",
-                          {"proof": "frontier relaxation MILP"})
-        if lazy.status == "error" and inc.schedule is None:
-            return finish(Status.ERROR, lazy.message)
-        return finish(message=lazy.message, stats={"lazy": lazy.stats})
-    # Stage 4 (exact_model="full"): branch and cut on (9) itself, from the incumbent.
-    milp = build_checkmate_milp(graph, budget, free_formulation="tight")
-    x0 = milp.vector(inc.schedule) if inc.schedule is not None and milp.fits(inc.schedule) else None
+        status, message, stats = lazy.status, lazy.message, {"lazy": lazy.stats}
+        proof = "branch and bound on the frontier relaxation"
+    else:
+        # Branch and cut on (9) itself.
+        milp = build_checkmate_milp(graph, budget, free_formulation="tight")
+        x0 = milp.vector(inc.schedule) if inc.schedule is not None and milp.fits(inc.schedule) else None
 
-    def improving(seconds: float, objective: float, bound: float) -> None:
-        inc.raise_bound(milp.cost(bound))
-        inc.cost_hint(milp.cost(objective))
+        def improving(seconds: float, objective: float, bound: float) -> None:
+            inc.raise_bound(milp.cost(bound))
+            inc.cost_hint(milp.cost(objective))
 
-    solver_options.on_incumbent = improving
-    solver_options.on_bound = lambda seconds, bound: inc.raise_bound(milp.cost(bound))
-    out = solve_milp(milp.problem, backend, solver_options, x0)
-    if out.status == "infeasible":
-        return finish(Status.INFEASIBLE, "branch and cut proved no schedule fits", {"proof": "MILP"})
-    if out.status == "error":
-        return milp_result("ilp", milp, out, start, options)
-    inc.raise_bound(milp.cost(out.bound) if out.bound is not None else None)
-    if out.x is not None:
-        inc.offer(milp.schedule(out.x), "branch_and_cut")
-    return finish(message=out.message, stats={"solver": out.stats, "variables": milp.problem.num_vars,
-                                              "constraints": milp.problem.num_rows})
+        options.on_incumbent = improving
+        options.on_bound = lambda seconds, bound: inc.raise_bound(milp.cost(bound))
+        out = solve_milp(milp.problem, backend, options, x0)
+        if out.bound is not None:
+            inc.raise_bound(milp.cost(out.bound))
+        if out.x is not None:
+            inc.offer(milp.schedule(out.x), name)
+        status, message = out.status, out.message
+        stats = {"solver": out.stats, "variables": milp.problem.num_vars, "constraints": milp.problem.num_rows}
+        proof = "branch and cut on (9)"
+    if status == "infeasible":
+        inc.proof = proof
+    if status in ("optimal", "infeasible"):
+        inc.stop.set()
+    outcomes.append((name, status, message if status == "error" else "", stats))
 
 
 def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool:
@@ -240,10 +332,11 @@ def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], optio
     lp = solve_milp(relax.problem.relaxed(), "highs", options)
     if lp.status != "optimal":
         return lp.status
+    R_star, S_star = relax.fractional(lp.x)
     if eps == 0:
         inc.raise_bound(relax.cost(lp.objective))
         inc.milestones["lp"] = inc.elapsed()
-    _, S_star = relax.fractional(lp.x)
+        inc.lp_solution = R_star, S_star
     for p in thresholds:
         inc.offer(rounded_schedule(graph, S_star > p), f"lp_rounding@{p},eps={eps}")
     return lp.status

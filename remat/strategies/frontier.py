@@ -66,18 +66,24 @@ def solve_frontier_lazily(
     cost_bound: float | None = None,
     feasibility: bool = False,
     restart: bool = False,
+    neighbourhood: tuple[Schedule, np.ndarray, np.ndarray] | None = None,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 
     ``on_schedule(schedule, cost)`` hears every budget-valid schedule found on
     the way (from the solver's improving solutions), ``on_bound(bound)`` every
     proved lower bound, both in cost units. ``options.time_limit`` covers all
-    rounds together. ``cost_bound`` adds eq. (10)'s ``sum C R <= cost_bound``;
+    rounds together; ``options.stop`` ends the search between or within
+    rounds. ``cost_bound`` adds eq. (10)'s ``sum C R <= cost_bound``;
     ``feasibility=True`` drops the objective, so any valid schedule answers
     (status ``optimal``) and ``infeasible`` is a proof that none exists.
     ``restart`` stops a round at the first improving relaxed schedule that
     breaks the budget (HiGHS, Gurobi), adds its rows and starts the next round,
     instead of letting that schedule prune the search as an incumbent.
+    ``neighbourhood=(centre, free_R, free_S)`` fixes R and S to ``centre``'s
+    values outside the free masks (:mod:`remat.strategies.local_search`): the
+    answer is then optimal only within that neighbourhood, and its bounds are
+    not bounds on (9).
     """
     start = time.perf_counter()
     best = LazyOutcome("time_limit")
@@ -100,13 +106,15 @@ def solve_frontier_lazily(
 
     while True:
         left = None if options.time_limit is None else options.time_limit - (time.perf_counter() - start)
-        if left is not None and left <= 0:
+        if (left is not None and left <= 0) or (options.stop is not None and options.stop.is_set()):
             break
         rounds += 1
         relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
                                      extra_steps=steps, cost_bound=cost_bound)
         if feasibility:
             relax.problem.c[:] = 0.0
+        if neighbourhood is not None:
+            relax.restrict(*neighbourhood)
 
         pending: list[np.ndarray] = []
 
@@ -125,7 +133,7 @@ def solve_frontier_lazily(
             left, options.mip_gap, options.threads, options.verbose,
             on_incumbent=lambda _s, _objective, bound, report=report_bound: report(bound),
             on_solution=improving, on_bound=lambda _s, bound, report=report_bound: report(bound),
-            extra=dict(options.extra))
+            extra=dict(options.extra), stop=options.stop)
         x0 = relax.vector(best.schedule) if best.schedule is not None and relax.fits(best.schedule) else None
         out = solve_milp(relax.problem, backend, round_options, x0)
         if out.bound is not None and np.isfinite(out.bound) and not feasibility:

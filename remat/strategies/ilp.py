@@ -79,6 +79,12 @@ class CheckmateMilp:
         x[self.U[mask]] = memory_matrix(self.graph, schedule, free)[mask] / self.memory_scale
         return x
 
+    def restrict(self, centre: Schedule, free_R: np.ndarray, free_S: np.ndarray) -> None:
+        """Fix every R and S column to ``centre``'s value except where ``free_R`` / ``free_S`` (local search)."""
+        for idx, values, free in ((self.R, centre.R, free_R), (self.S, centre.S, free_S)):
+            fixed = (idx >= 0) & ~free
+            self.problem.lb[idx[fixed]] = self.problem.ub[idx[fixed]] = values[fixed]
+
     def fits(self, schedule: Schedule) -> bool:
         """Whether a schedule lies in this MILP's variable space (e.g. frontier-advancing when partitioned)."""
         return not (schedule.R[self.R < 0].any() or schedule.S[self.S < 0].any())
