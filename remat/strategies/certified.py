@@ -157,6 +157,7 @@ def solve_ilp_certified(
     thresholds: Iterable[float] = DEFAULT_THRESHOLDS,
     allowances: Iterable[float] = (0.0, 0.02, 0.05),
     use_lp: bool = True,
+    local_search: bool = True,
     exact_model: str = "frontier",
     race_with: str | None = "frontier_norestart",
     warm_start: Schedule | None = None,
@@ -181,7 +182,8 @@ def solve_ilp_certified(
         raise ValueError(f"threads must be >= 1, got {threads!r}")
     racing = race_with is not None and threads >= 2 and backend == "highs"
     options = {"time_limit": time_limit, "mip_gap": mip_gap, "threads": threads, "backend": backend,
-               "heuristics": list(heuristics), "use_lp": use_lp, "exact_model": exact_model,
+               "heuristics": list(heuristics), "use_lp": use_lp, "local_search": local_search,
+               "exact_model": exact_model,
                "race_with": race_with if racing else None}
     reason = check_budget(graph, budget)
     if reason is not None:
@@ -203,7 +205,7 @@ def solve_ilp_certified(
     names = list(heuristics) if graph.has_training_structure else []
     outcomes: list[tuple[str, str, str, dict]] = []
     if not (inc.certified() or _offer_heuristics(inc, names[:1], grid_size)):
-        _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None,
+        _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
                  SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
     if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
         racer = None
@@ -235,9 +237,9 @@ def solve_ilp_certified(
 
 
 def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iterable[float],
-             allowances: Iterable[float] | None, lp_options: SolverOptions,
+             allowances: Iterable[float] | None, local_search: bool, lp_options: SolverOptions,
              remaining: Callable[[], float | None]) -> None:
-    """Stage 3: the LP bound, the other heuristics, rounding at budget allowances (None: no LP)."""
+    """Stage 3: the LP bound, the other heuristics, rounding at budget allowances (None: no LP), local search."""
     time_limit = lp_options.time_limit
     if allowances is not None:
         if _lp_rounding(inc, 0.0, thresholds, lp_options) == "infeasible":
@@ -254,7 +256,7 @@ def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iter
             lp_options.time_limit = remaining()
             if _lp_rounding(inc, eps, thresholds, lp_options) != "optimal":
                 break
-    if not inc.decided() and inc.lp_solution is not None:
+    if local_search and not inc.decided() and inc.lp_solution is not None:
         # RINS (remat.strategies.local_search): a near-optimal incumbent makes branch and bound far shorter.
         left = remaining()
         options = SolverOptions(RINS_SECONDS if left is None else min(left, max(1.0, RINS_SHARE * left)),
