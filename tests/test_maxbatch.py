@@ -3,6 +3,7 @@ import pytest
 from remat.generators import random_training_graph
 from remat.graph import DFGraph, GraphError
 from remat.schedule import simulate
+from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.maxbatch import cost_cap, max_batch_size
 
 
@@ -53,3 +54,35 @@ def test_single_milp_counts_batch_scaled_inputs():
         search = max_batch_size(g, budget)
         single = max_batch_size(g, budget, method="milp")
         assert search.exact and single.exact and search.max_batch == single.max_batch > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_each_probe_answers_eq_10_as_the_plain_milp_does(seed):
+    from remat.strategies.ilp import memory_lower_bound, solve_ilp
+    from remat.strategies.maxbatch import _probe_milp
+
+    g = random_training_graph(6, seed)
+    lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
+    for fraction in (0.0, 0.1, 0.25, 0.5):
+        budget = lo + fraction * (hi - lo)
+        verdict, schedule = _probe_milp(g, budget, None, 1, "highs")
+        plain = solve_ilp(g, budget, mip_gap=0)
+        fits = plain.has_schedule and plain.cost <= cost_cap(g) * (1 + 1e-9)
+        assert verdict == ("feasible" if fits else "infeasible")
+        if fits:
+            sim = simulate(g, schedule, plan=False)
+            assert sim.within(budget) and sim.cost <= cost_cap(g) * (1 + 1e-9)
+
+
+def test_a_cost_target_ends_the_ilp_once_it_is_met_or_ruled_out():
+    from remat.strategies.certified import solve_ilp_certified
+    from remat.strategies.ilp import memory_lower_bound, solve_ilp
+
+    g = random_training_graph(6, 0)
+    lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
+    budget = lo + 0.3 * (hi - lo)
+    optimum = solve_ilp(g, budget, mip_gap=0).cost
+    above = solve_ilp_certified(g, budget, mip_gap=0, target=optimum * 1.05)
+    assert above.cost <= optimum * 1.05 + 1e-9
+    below = solve_ilp_certified(g, budget, mip_gap=0, target=optimum * 0.999)
+    assert below.cost >= optimum - 1e-9 and below.lower_bound > optimum * 0.999

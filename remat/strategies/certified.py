@@ -20,12 +20,15 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
    It often certifies the first heuristic at once; otherwise the other fast
    baselines (App. B greedy generalisations, coarse grid) and two-phase rounding
    of ``S*`` at several thresholds and small budget allowances (§5.3) add
-   incumbents.
+   incumbents. Last, RINS local search from every schedule found so far
+   (:mod:`~remat.strategies.local_search`, a tenth of the time left at most)
+   often reaches the optimum, which shortens the proof below several-fold.
 4. **Branch and bound** warm-started from the best schedule so far, with the
    requested relative gap and what is left of the time limit: by default on the
    frontier relaxation, tightened lazily where its answer breaks the budget
    (:mod:`~remat.strategies.frontier`, exact); ``exact_model="full"`` runs
-   branch and cut on (9) itself instead.
+   branch and cut on (9) itself instead. With two or more threads on HiGHS two
+   engines race (``race_with``): the first to decide stops the other.
 
 The answer is ``optimal`` when the gap to the best proved bound is within
 ``mip_gap``, ``feasible`` otherwise, ``infeasible`` only with a proof (memory
@@ -82,6 +85,7 @@ class _Incumbent:
         self.bound = graph.total_cost  # every node is computed at least once
         self.on_incumbent = on_incumbent
         self.milestones: dict[str, float] = {}
+        self.target: float | None = None  # stop once a schedule costs at most this, or the bound exceeds it
         self.proof = ""  # set when an engine proves that no schedule fits
         self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
         self.stop = threading.Event()
@@ -131,18 +135,20 @@ class _Incumbent:
             return done
 
     def decided(self) -> bool:
-        """Certified, proved infeasible, or stopped by an engine that finished."""
-        return self.certified() or self.stop.is_set()
+        """Certified, past the target, proved infeasible, or stopped by an engine that finished."""
+        with self._lock:
+            if self.target is not None and (self.cost <= self.target or self.bound > self.target):
+                self.stop.set()
+            return self.certified() or self.stop.is_set()
 
     def _notify(self) -> None:
         best = min(self.cost, self.hinted)
-        if not np.isfinite(best):
-            return
-        if best <= 1.01 * self.bound + 1e-9:
-            self.milestones.setdefault("gap_1pct", self.elapsed())
-        if self.on_incumbent is not None:
-            self.on_incumbent(self.elapsed(), best, self.bound)
-        self.certified()
+        if np.isfinite(best):
+            if best <= 1.01 * self.bound + 1e-9:
+                self.milestones.setdefault("gap_1pct", self.elapsed())
+            if self.on_incumbent is not None:
+                self.on_incumbent(self.elapsed(), best, self.bound)
+        self.decided()
 
 
 def solve_ilp_certified(
@@ -162,6 +168,7 @@ def solve_ilp_certified(
     race_with: str | None = "frontier_norestart",
     warm_start: Schedule | None = None,
     on_incumbent: Callable[[float, float, float], None] | None = None,
+    target: float | None = None,
     verbose: bool = False,
     **_: object,
 ) -> SolveResult:
@@ -170,7 +177,9 @@ def solve_ilp_certified(
     With ``threads >= 2`` on HiGHS, stage 4 races ``exact_model`` against
     ``race_with`` (names in :data:`ENGINES`; None for no race) on two threads
     from the same incumbent, each with half the threads; the first to decide
-    stops the other, and the bounds and schedules of both count.
+    stops the other, and the bounds and schedules of both count. ``target``
+    (a cost) ends the solve early once a schedule costs at most it or the
+    bound proves none does (the maximum-batch search's question, eq. 10).
     """
     start = time.perf_counter()
     if time_limit is not None and not time_limit > 0:
@@ -190,6 +199,7 @@ def solve_ilp_certified(
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=time.perf_counter() - start,
                            message=reason, options=options, stats={"proof": "memory lower bound"})
     inc = _Incumbent(graph, budget, mip_gap, start, on_incumbent)
+    inc.target = target
     engine_threads = max(threads // 2, 1) if racing else threads
 
     def remaining() -> float | None:
@@ -204,15 +214,23 @@ def solve_ilp_certified(
         inc.offer(warm_start, "warm_start")
     names = list(heuristics) if graph.has_training_structure else []
     outcomes: list[tuple[str, str, str, dict]] = []
-    if not (inc.certified() or _offer_heuristics(inc, names[:1], grid_size)):
+    if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size)):
         _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
                  SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
     if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
         racer = None
         if racing:
             reserve_threads(engine_threads)  # from this thread: see remat.solvers.highs
-            racer = threading.Thread(target=_run_engine, args=(inc, race_with, engine_options(), backend, outcomes),
-                                     name="remat-race", daemon=True)
+            failures: list[BaseException] = []
+
+            def race() -> None:
+                try:
+                    _run_engine(inc, race_with, engine_options(), backend, outcomes)
+                except BaseException as exc:  # handed to the caller's thread below
+                    failures.append(exc)
+                    inc.stop.set()
+
+            racer = threading.Thread(target=race, name="remat-race", daemon=True)
             racer.start()
         try:
             _run_engine(inc, exact_model, engine_options(), backend, outcomes)
@@ -220,13 +238,17 @@ def solve_ilp_certified(
             inc.stop.set()
             if racer is not None:
                 racer.join()
+        if racer is not None and failures:
+            raise failures[0]
     stats = {"milestones": inc.milestones, "incumbent_source": inc.source,
              "engines": {name: {"status": status, **more} for name, status, _, more in outcomes}}
-    if inc.proof:
+    if inc.proof and inc.schedule is None:  # a schedule valid under simulate() outranks a numerical proof
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=inc.elapsed(), lower_bound=inc.bound,
                            message=f"{inc.proof} proved that no schedule fits", options=options,
                            stats={**stats, "proof": inc.proof})
     message = "; ".join(m for _, _, m, _ in outcomes if m)
+    if target is not None and inc.bound > target:
+        message = f"stopped: no schedule costs at most the target {target:.6g} (lower bound {inc.bound:.6g})"
     if inc.schedule is None:
         errors = [m for _, status, m, _ in outcomes if status == "error"]
         return SolveResult("ilp", Status.ERROR if errors else Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
@@ -318,7 +340,7 @@ def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool
             continue  # e.g. chen_greedy on a non-linear graph
         if result.has_schedule:
             inc.offer(result.schedule, name, result.cost)
-        if inc.certified():
+        if inc.decided():
             return True
     return False
 

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
+from remat.strategies.certified import solve_ilp_certified
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
@@ -74,10 +75,13 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
 
     Checkpoint-all or a fast heuristic within the cap proves "yes" by example; the
     memory lower bound, or an infeasible LP of the frontier relaxation with the cost
-    cap, proves "no"; rounding that LP may give an example; only then the
-    feasibility MILP runs, on the frontier relaxation with lazily added rows
-    (:mod:`remat.strategies.frontier`). ``time_limit`` covers the whole probe;
-    reaching it leaves the answer "unknown".
+    cap, proves "no"; rounding that LP may give an example. Then the certified
+    ``ilp`` pipeline minimises the cost (its RINS local search finds examples
+    the heuristics miss) until a schedule is within the cap or its bound is
+    above it, for half the time left; last, the feasibility MILP, on the
+    frontier relaxation with the cap and lazily added rows
+    (:mod:`remat.strategies.frontier`), which prunes by the cap itself.
+    ``time_limit`` covers the whole probe; reaching it leaves the answer "unknown".
     """
     start = time.perf_counter()
 
@@ -103,6 +107,12 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
             sim = simulate(graph, schedule, plan=False)
             if sim.within(budget) and sim.cost <= cap:
                 return "feasible", schedule
+    half = None if time_limit is None else 0.5 * left()
+    least = solve_ilp_certified(graph, budget, time_limit=half, threads=threads, backend=backend, target=cap)
+    if least.has_schedule and least.cost <= cap:
+        return "feasible", least.schedule
+    if least.status == "infeasible" or (least.lower_bound is not None and least.lower_bound > cap):
+        return "infeasible", None
     lazy = solve_frontier_lazily(graph, budget, SolverOptions(time_limit=left(), threads=threads), backend,
                                  cost_bound=cap, feasibility=True)
     if lazy.schedule is not None:
