@@ -96,3 +96,17 @@ def test_a_warm_start_over_the_budget_is_ignored():
     out = solve_frontier_lazily(graph, lo, EXACT, warm_start=checkpoint_all_schedule(graph))
     assert out.status == "optimal" and out.cost == pytest.approx(BruteForce(graph).solve(lo)[0])
     assert not len(violated_steps(graph, out.schedule, lo))
+
+
+def test_a_stop_set_before_the_first_round_returns_the_warm_start():
+    # The race's second engine can be told to stop before it builds its first round.
+    import threading
+
+    graph = random_training_graph(4, 2)
+    stop = threading.Event()
+    stop.set()
+    warm = checkpoint_all_schedule(graph)
+    out = solve_frontier_lazily(graph, no_recompute_peak(graph), SolverOptions(mip_gap=0, stop=stop),
+                                warm_start=warm)
+    assert out.status == "feasible" and out.schedule is warm
+    assert out.stats["rounds"] == 0 and out.stats["variables"] == 0

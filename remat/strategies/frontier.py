@@ -93,6 +93,7 @@ def solve_frontier_lazily(
             best.schedule, best.cost = warm_start, sim.cost
     steps = np.zeros((0, 2), np.int64)
     rounds = 0
+    size = {"variables": 0, "constraints": 0}  # stays 0 when time or a stop ends the search before a round
 
     def assess(schedule: Schedule) -> np.ndarray:
         """The steps where ``schedule`` breaks the budget; keeps it as the best when it breaks none."""
@@ -115,6 +116,7 @@ def solve_frontier_lazily(
             relax.problem.c[:] = 0.0
         if neighbourhood is not None:
             relax.restrict(*neighbourhood)
+        size = {"variables": relax.problem.num_vars, "constraints": relax.problem.num_rows}
 
         pending: list[np.ndarray] = []
 
@@ -154,6 +156,5 @@ def solve_frontier_lazily(
         steps = np.concatenate([steps, over])
     if best.status not in ("optimal", "infeasible", "error"):
         best.status = "feasible" if best.schedule is not None else "time_limit"
-    best.stats = {"rounds": rounds, "lazy_steps": len(steps), "variables": relax.problem.num_vars,
-                  "constraints": relax.problem.num_rows, "time": time.perf_counter() - start}
+    best.stats = {"rounds": rounds, "lazy_steps": len(steps), **size, "time": time.perf_counter() - start}
     return best
