@@ -4,7 +4,7 @@ from remat.generators import random_training_graph
 from remat.graph import DFGraph, GraphError
 from remat.schedule import simulate
 from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.maxbatch import cost_cap, max_batch_size
+from remat.strategies.maxbatch import batch_upper_bound, cost_cap, max_batch_size
 
 
 def batched(seed, batch=8, params=100):
@@ -86,3 +86,15 @@ def test_a_cost_target_ends_the_ilp_once_it_is_met_or_ruled_out():
     assert above.cost <= optimum * 1.05 + 1e-9
     below = solve_ilp_certified(g, budget, mip_gap=0, target=optimum * 0.999)
     assert below.cost >= optimum - 1e-9 and below.lower_bound > optimum * 0.999
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_gallop_ends_on_the_memory_bound_and_stops_there_when_it_is_feasible(seed):
+    """No probe above the bound; a feasible probe at the bound proves the answer with no bisection."""
+    g = batched(seed)
+    hi = batch_upper_bound(g, 2000)
+    r = max_batch_size(g, 2000)
+    batches = [p["batch"] for p in r.probes]
+    assert max(batches) <= hi
+    assert r.max_batch == hi and r.exact  # these small graphs reach the bound
+    assert batches == [b for b in (1, 2, 4, 8, 16, 32, 64) if b < hi] + [hi]

@@ -58,6 +58,7 @@ DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized
 
 
 RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
+RINS_TARGET_SHARE = 0.5  # with a target (a max-batch probe) a schedule under it is what is sought, not a proof
 
 # Exact last-stage engines: (model, HiGHS settings). Racing two that differ only in a setting pays because
 # branch-and-bound time varies by x0.5-x2 with such settings, in no fixed direction (issue 7 notes).
@@ -281,7 +282,8 @@ def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iter
     if local_search and not inc.decided() and inc.lp_solution is not None:
         # RINS (remat.strategies.local_search): a near-optimal incumbent makes branch and bound far shorter.
         left = remaining()
-        options = SolverOptions(RINS_SECONDS if left is None else min(left, max(1.0, RINS_SHARE * left)),
+        share = RINS_SHARE if inc.target is None else RINS_TARGET_SHARE
+        options = SolverOptions(RINS_SECONDS if left is None else min(left, max(1.0, share * left)),
                                 threads=lp_options.threads, verbose=lp_options.verbose, stop=inc.stop)
         search_near_schedules(inc.graph, inc.budget, *inc.lp_solution, inc.pool(), options,
                               lambda schedule, cost: inc.offer(schedule, "rins", cost))

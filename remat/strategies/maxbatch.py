@@ -200,9 +200,11 @@ def max_batch_size(
         return verdict
 
     if hi_bound >= 1:
+        # Gallop 1, 2, 4, ... and end on the memory bound itself: when it is tight (MobileNet at 16 GB)
+        # the answer is then proved at once, with no bisection over near-infeasible, slow probes.
         B = 1
-        while B <= hi_bound and probe(B) == "feasible":
-            B *= 2
+        while probe(B) == "feasible" and B < hi_bound:
+            B = min(2 * B, hi_bound)
         lo = best[0]
         hi = min(x for x in (infeasible, unknown, hi_bound + 1) if x is not None)
         while hi - lo > 1:
