@@ -1,5 +1,7 @@
 """Branch and bound on the frontier relaxation with lazy rows is exact for problem (9)."""
 
+import threading
+
 import pytest
 from brute_force import BruteForce
 
@@ -100,8 +102,6 @@ def test_a_warm_start_over_the_budget_is_ignored():
 
 def test_a_stop_set_before_the_first_round_returns_the_warm_start():
     # The race's second engine can be told to stop before it builds its first round.
-    import threading
-
     graph = random_training_graph(4, 2)
     stop = threading.Event()
     stop.set()
