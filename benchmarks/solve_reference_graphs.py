@@ -139,7 +139,8 @@ def prove_max_batches(graphs: list, budget: float, time_limit: float) -> None:
     rows = []
     for graph in graphs:
         def progress(probe: dict, name: str = graph.name) -> None:
-            print(f"  {name}: batch {probe['batch']} {probe['verdict']} in {probe['seconds']:.1f} s",
+            reach = f", its schedule fits up to {probe['fits_up_to']}" if "fits_up_to" in probe else ""
+            print(f"  {name}: batch {probe['batch']} {probe['verdict']} in {probe['seconds']:.1f} s{reach}",
                   file=sys.stderr, flush=True)
 
         result = max_batch_size(graph, budget, strategy="ilp", time_limit=time_limit, on_probe=progress)

@@ -97,4 +97,56 @@ def test_the_gallop_ends_on_the_memory_bound_and_stops_there_when_it_is_feasible
     batches = [p["batch"] for p in r.probes]
     assert max(batches) <= hi
     assert r.max_batch == hi and r.exact  # these small graphs reach the bound
-    assert batches == [b for b in (1, 2, 4, 8, 16, 32, 64) if b < hi] + [hi]
+    # A gallop that ends once a schedule reaches the bound (at 1 when checkpoint-all does): no bisection.
+    assert r.probes[-1]["fits_up_to"] == hi and batches == sorted(set(batches))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_schedule_proves_every_batch_it_fits_as_brute_force_finds(seed):
+    from remat.strategies.maxbatch import largest_batch_for
+
+    g = batched(seed)
+    schedule = checkpoint_all_schedule(g)
+    for budget in (300, 700, 2000):
+        hi = batch_upper_bound(g, budget)
+        fitting = [B for B in range(1, hi + 1)
+                   if simulate(g.with_batch_size(B), schedule, plan=False).within(budget)]
+        if not fitting:
+            continue
+        assert fitting == list(range(1, fitting[-1] + 1))  # memory only grows with B
+        assert largest_batch_for(g, schedule, budget, 1, hi) == fitting[-1]
+
+
+def test_each_feasible_probe_reports_how_far_its_schedule_reaches_and_the_search_skips_there():
+    g = batched(1)
+    r = max_batch_size(g, 700)
+    feasible = [p for p in r.probes if p["verdict"] == "feasible"]
+    assert feasible and all(p["fits_up_to"] >= p["batch"] for p in feasible)
+    assert r.max_batch == max(p["fits_up_to"] for p in feasible)
+    probed = {p["batch"] for p in r.probes}
+    for p in feasible:  # no probe inside a range a schedule already proved
+        assert not any(p["batch"] < b <= p["fits_up_to"] for b in probed)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_probe_in_a_child_process_answers_as_one_in_this_process(seed):
+    from remat.strategies.ilp import memory_lower_bound
+    from remat.strategies.maxbatch import _probe_milp
+
+    g = random_training_graph(6, seed)
+    lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
+    for fraction in (0.1, 0.25):
+        budget = lo + fraction * (hi - lo)
+        here = _probe_milp(g, budget, 60, 1, "highs")
+        there = _probe_milp(g, budget, 60, 1, "highs", hard_limit=True)
+        assert here[0] == there[0]
+        if there[0] == "feasible":
+            sim = simulate(g, there[1], plan=False)
+            assert sim.within(budget) and sim.cost <= cost_cap(g) * (1 + 1e-9)
+
+
+def test_max_batch_with_hard_limits_matches_the_single_milp():
+    g = batched(2)
+    search = max_batch_size(g, 700, time_limit=60)
+    single = max_batch_size(g, 700, method="milp")
+    assert search.exact and search.max_batch == single.max_batch

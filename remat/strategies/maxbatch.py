@@ -7,8 +7,10 @@ most one extra forward pass: ``cost <= 2 sum_fwd C + sum_bwd C`` (eq. 10).
 ``method="search"`` (any strategy): feasibility is monotone in B for the MILP, so
 B is found by galloping then bisection over feasibility MILPs (objective dropped:
 any schedule within the budget and the cost cap will do), reporting the largest
-B proved feasible and the smallest proved infeasible. Heuristics are searched the
-same way, each probe being one run of the strategy.
+B proved feasible and the smallest proved infeasible. A feasible probe's schedule
+proves every larger B it still fits unchanged (:func:`largest_batch_for`), so the
+search moves on from there. Heuristics are searched the same way, each probe
+being one run of the strategy.
 
 ``method="milp"`` (the MILP only) is the paper's own single model: B is an integer
 variable multiplying every batch-scaled memory term; each product of B with a
@@ -30,6 +32,7 @@ import scipy.sparse as sp
 from remat.graph import DFGraph, GraphError
 from remat.schedule import Schedule, simulate
 from remat.solvers.base import MilpProblem, SolverOptions, solve_milp
+from remat.solvers.isolated import KILL_GRACE, call_with_hard_limit, can_isolate
 from remat.strategies.certified import solve_ilp_certified
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
@@ -70,24 +73,17 @@ def batch_upper_bound(graph: DFGraph, budget: float) -> int:
     return max(0, math.floor((budget - one.parameter_memory) / scaled_need))
 
 
-def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str) -> tuple[str, Any]:
+def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str,
+                hard_limit: bool = False) -> tuple[str, Any]:
     """Is there a schedule within ``budget`` costing at most the cap of eq. (10)? Exact, cheapest test first.
 
     Checkpoint-all or a fast heuristic within the cap proves "yes" by example; the
-    memory lower bound, or an infeasible LP of the frontier relaxation with the cost
-    cap, proves "no"; rounding that LP may give an example. Then the certified
-    ``ilp`` pipeline minimises the cost (its RINS local search finds examples
-    the heuristics miss) until a schedule is within the cap or its bound is
-    above it, for half the time left; last, the feasibility MILP, on the
-    frontier relaxation with the cap and lazily added rows
-    (:mod:`remat.strategies.frontier`), which prunes by the cap itself.
+    memory lower bound proves "no". Then the solvers (:func:`_probe_by_solvers`).
     ``time_limit`` covers the whole probe; reaching it leaves the answer "unknown".
+    ``hard_limit`` runs the solvers in a child process killed at the limit
+    (:mod:`remat.solvers.isolated`), since a backend may overrun its own limit.
     """
     start = time.perf_counter()
-
-    def left() -> float | None:
-        return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
-
     cap = cost_cap(graph) * (1 + 1e-9)
     if graph.constant_memory + checkpoint_all_peak_activations(graph) <= budget:
         return "feasible", checkpoint_all_schedule(graph)
@@ -96,6 +92,34 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
     for example in _heuristic_schedules(graph, budget):
         if example.cost <= cap:
             return "feasible", example.schedule
+    if time_limit is None:
+        return _probe_by_solvers(graph, budget, None, threads, backend)
+    left = max(time_limit - (time.perf_counter() - start), 1e-3)
+    if not (hard_limit and can_isolate()):
+        return _probe_by_solvers(graph, budget, left, threads, backend)
+    done, answer = call_with_hard_limit(_probe_by_solvers, (graph, budget, left, threads, backend),
+                                        left + KILL_GRACE)
+    return answer if done else ("unknown", None)
+
+
+def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, threads: int,
+                      backend: str) -> tuple[str, Any]:
+    """The solver half of :func:`_probe_milp`, cheapest first.
+
+    An infeasible LP of the frontier relaxation with the cost cap proves "no";
+    rounding that LP may give an example. Then the certified ``ilp`` pipeline
+    minimises the cost (its RINS local search finds examples the heuristics
+    miss) until a schedule is within the cap or its bound is above it, for half
+    the time left; last, the feasibility MILP, on the frontier relaxation with
+    the cap and lazily added rows (:mod:`remat.strategies.frontier`), which
+    prunes by the cap itself.
+    """
+    start = time.perf_counter()
+
+    def left() -> float | None:
+        return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
+
+    cap = cost_cap(graph) * (1 + 1e-9)
     relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
     lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=left(), threads=threads))
     if lp.status == "infeasible":
@@ -118,6 +142,29 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
     if lazy.schedule is not None:
         return "feasible", lazy.schedule
     return ("infeasible" if lazy.status == "infeasible" else "unknown"), None
+
+
+def largest_batch_for(graph: DFGraph, schedule: Schedule, budget: float, low: int, high: int) -> int:
+    """The largest ``B`` in ``[low, high]`` at which ``schedule`` keeps within ``budget`` and eq. (10)'s cap.
+
+    ``schedule`` must qualify at ``low``. Memory only grows with ``B``, and cost
+    minus cap is linear in ``B`` (every cost either scales with the batch or does
+    not), so the qualifying ``B`` from ``low`` on form one interval: bisection
+    over ``simulate()`` finds its end with no solver.
+    """
+
+    def fits(B: int) -> bool:
+        g = graph.with_batch_size(B)
+        sim = simulate(g, schedule, plan=False)
+        return sim.within(budget) and sim.cost <= cost_cap(g) * (1 + 1e-9)
+
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _heuristic_schedules(graph: DFGraph, budget: float):
@@ -157,12 +204,17 @@ def max_batch_size(
     threads: int = 1,
     backend: str = "highs",
     on_probe: Callable[[dict[str, Any]], None] | None = None,
+    hard_limits: bool = True,
     **options: Any,
 ) -> MaxBatchResult:
     """The maximum batch size for ``strategy`` at ``budget`` bytes; see the module docstring.
 
-    ``time_limit`` bounds each probe (search) or the single model (milp);
-    ``on_probe`` hears each probe's ``{"batch", "verdict", "seconds"}`` as it ends.
+    ``time_limit`` bounds each probe (search) or the single model (milp); with
+    ``hard_limits`` (the default) an ``ilp`` probe's solvers run in a child
+    process that is killed at its limit, since HiGHS can overrun its own limit
+    on large models. ``on_probe`` hears each probe's ``{"batch", "verdict",
+    "seconds"}`` as it ends, with ``"fits_up_to"``: the largest B its schedule
+    (found at ``batch``, valid unchanged at every B up to there) proves feasible.
     """
     if graph.batch_size is None:
         raise GraphError(f"graph {graph.name!r} does not record its batch size; it cannot be rescaled")
@@ -177,46 +229,52 @@ def max_batch_size(
     hi_bound = batch_upper_bound(graph, budget)
     probes: list[dict[str, Any]] = []
     best: tuple[int, Schedule | None] = (0, None)
-    infeasible: int | None = hi_bound + 1
-    unknown: int | None = None
+    infeasible = hi_bound + 1
+    unknown: list[int] = []
 
     def probe(B: int) -> str:
-        nonlocal best, infeasible, unknown
+        nonlocal best, infeasible
         t0 = time.perf_counter()
         g = graph.with_batch_size(B)
         if strategy == "ilp":
-            verdict, schedule = _probe_milp(g, budget, time_limit, threads, backend)
+            verdict, schedule = _probe_milp(g, budget, time_limit, threads, backend, hard_limits)
         else:
             verdict, schedule = _probe_strategy(g, budget, strategy, options)
-        probes.append({"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0})
+        record = {"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0}
+        if verdict == "feasible":
+            # For the MILP a schedule is a proof for every B it fits (other strategies must be rerun at each B).
+            reach = largest_batch_for(graph, schedule, budget, B, hi_bound) if strategy == "ilp" else B
+            record["fits_up_to"] = reach
+            if reach > best[0]:
+                best = (reach, schedule)
+        elif verdict == "infeasible":
+            infeasible = min(infeasible, B)
+        elif verdict == "unknown":
+            unknown.append(B)
+        probes.append(record)
         if on_probe is not None:
-            on_probe(probes[-1])
-        if verdict == "feasible" and B > best[0]:
-            best = (B, schedule)
-        elif verdict == "infeasible" and (infeasible is None or B < infeasible):
-            infeasible = B
-        elif verdict == "unknown" and (unknown is None or B < unknown):
-            unknown = B
+            on_probe(record)
         return verdict
 
+    def bracket() -> tuple[int, int]:
+        """Largest B proved feasible, and the smallest B above it not (yet) known to be feasible."""
+        return best[0], min([infeasible, *(u for u in unknown if u > best[0])])
+
     if hi_bound >= 1:
-        # Gallop 1, 2, 4, ... and end on the memory bound itself: when it is tight (MobileNet at 16 GB)
-        # the answer is then proved at once, with no bisection over near-infeasible, slow probes.
+        # Gallop and end on the memory bound itself: when it is tight (MobileNet at 16 GB) the answer
+        # is then proved at once, with no bisection over near-infeasible, slow probes.
         B = 1
-        while probe(B) == "feasible" and B < hi_bound:
-            B = min(2 * B, hi_bound)
-        lo = best[0]
-        hi = min(x for x in (infeasible, unknown, hi_bound + 1) if x is not None)
+        while probe(B) == "feasible" and best[0] < hi_bound:
+            B = min(2 * best[0], hi_bound)
+        lo, hi = bracket()
         while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if probe(mid) == "feasible":
-                lo = mid
-            else:
-                hi = mid
+            probe((lo + hi) // 2)
+            lo, hi = bracket()
     elapsed = time.perf_counter() - start
     message = "" if best[0] else f"no batch size B >= 1 fits {budget:.6g} bytes within one extra forward pass"
-    # Unknown probes below the first infeasible one leave the answer unproved.
-    proved_infeasible = infeasible if unknown is None or infeasible <= unknown else None
+    # An unknown probe between the largest feasible and the smallest infeasible B leaves the answer unproved.
+    lo, hi = bracket()
+    proved_infeasible = infeasible if hi == infeasible else None
     return MaxBatchResult(strategy, "search", budget, best[0], proved_infeasible, elapsed, best[1], probes, message)
 
 
