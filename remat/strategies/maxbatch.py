@@ -63,6 +63,11 @@ def cost_cap(graph: DFGraph) -> float:
     return 2 * graph.forward_cost + float(graph.cost[graph.loss :].sum())
 
 
+def allowed_cost(graph: DFGraph) -> float:
+    """Eq. (10)'s cap with a relative tolerance of 1e-9, so float rounding never rejects a schedule at the cap."""
+    return cost_cap(graph) * (1 + 1e-9)
+
+
 def batch_upper_bound(graph: DFGraph, budget: float) -> int:
     """A B above which no schedule fits: computing the hungriest node alone overflows (eqs. 1b, 3)."""
     one = graph.with_batch_size(1)
@@ -84,7 +89,7 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
     (:mod:`remat.solvers.isolated`), since a backend may overrun its own limit.
     """
     start = time.perf_counter()
-    cap = cost_cap(graph) * (1 + 1e-9)
+    cap = allowed_cost(graph)
     if graph.constant_memory + checkpoint_all_peak_activations(graph) <= budget:
         return "feasible", checkpoint_all_schedule(graph)
     if check_budget(graph, budget) is not None:
@@ -119,7 +124,7 @@ def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, t
     def left() -> float | None:
         return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
 
-    cap = cost_cap(graph) * (1 + 1e-9)
+    cap = allowed_cost(graph)
     relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
     lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=left(), threads=threads))
     if lp.status == "infeasible":
@@ -156,7 +161,7 @@ def largest_batch_for(graph: DFGraph, schedule: Schedule, budget: float, low: in
     def fits(B: int) -> bool:
         g = graph.with_batch_size(B)
         sim = simulate(g, schedule, plan=False)
-        return sim.within(budget) and sim.cost <= cost_cap(g) * (1 + 1e-9)
+        return sim.within(budget) and sim.cost <= allowed_cost(g)
 
     while low < high:
         mid = (low + high + 1) // 2
@@ -188,7 +193,7 @@ def _probe_strategy(graph: DFGraph, budget: float, strategy: str, options: dict)
     from remat.strategies import get_strategy
 
     result = get_strategy(strategy)(graph, budget, **options)
-    if result.has_schedule and result.cost <= cost_cap(graph) * (1 + 1e-9):
+    if result.has_schedule and result.cost <= allowed_cost(graph):
         return "feasible", result.schedule
     if result.status in ("time_limit", "error"):
         return "unknown", None
@@ -285,7 +290,7 @@ def _max_batch_single_milp(graph: DFGraph, budget: float, time_limit: float | No
     if b_max < 1:
         return MaxBatchResult("ilp", "milp", budget, 0, 1, time.perf_counter() - start,
                               message=f"no batch size B >= 1 fits {budget:.6g} bytes")
-    milp = build_checkmate_milp(one, budget, cost_bound=cost_cap(one) * (1 + 1e-9))
+    milp = build_checkmate_milp(one, budget, cost_bound=allowed_cost(one))
     problem = _batch_variable_model(milp, one, budget, b_max)
     out = solve_milp(problem, backend, SolverOptions(time_limit=time_limit, threads=threads))
     elapsed = time.perf_counter() - start
