@@ -84,6 +84,8 @@ def main(cfg: Any, output_dir: Path) -> Path:
                    timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
                    **versions(solver["backend"] if uses else None))
         options = {k: solver[k] for k in SOLVER_OPTIONS if uses and solver.get(k) is not None}
+        if grid.get("total_time_limit") is not None:
+            options["total_time_limit"] = float(grid["total_time_limit"])
         params = inspect.signature(max_batch_size).parameters
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             options = {k: v for k, v in options.items() if k in params}

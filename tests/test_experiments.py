@@ -270,6 +270,16 @@ def test_max_batch_runs_or_names_the_missing_api(graph_file: Path, tmp_path: Pat
     assert rows and rows[0]["status"] in ("optimal", "feasible", "infeasible") and rows[0]["platform"] == "cpu"
 
 
+def test_max_batch_total_time_limit_records_an_open_search_as_time_limit(graph_file: Path, tmp_path: Path) -> None:
+    from experiments.max_batch import main
+
+    cfg = compose(tmp_path, "experiment=max_batch", "experiment.profile=null", f"experiment.graphs=[{graph_file}]",
+                  "experiment.strategies=[checkpoint_all]", "experiment.platforms=[cpu]", "mlflow.enabled=false",
+                  "experiment.total_time_limit=1e-9")
+    row = read_rows(main(cfg, tmp_path))[0]
+    assert row["status"] == "time_limit" and "total time limit" in row["message"] and int(row["max_batch"]) >= 1
+
+
 @pytest.mark.slow
 def test_activation_memory_table_written(tmp_path: Path) -> None:
     from experiments.activation_memory import main

@@ -20,7 +20,7 @@ def test_search_and_single_milp_agree_and_are_exact(seed, budget):
     search = max_batch_size(g, budget)
     single = max_batch_size(g, budget, method="milp")
     assert search.max_batch == single.max_batch
-    assert search.exact and single.exact
+    assert search.exact and single.exact and search.status == single.status == "optimal"
     B = search.max_batch
     sim = simulate(g.with_batch_size(B), search.schedule)
     assert sim.valid and sim.peak_memory <= budget and sim.cost <= cost_cap(g.with_batch_size(B)) + 1e-6
@@ -36,7 +36,7 @@ def test_milp_batch_at_least_every_baseline(seed):
 
 def test_no_feasible_batch_is_reported():
     r = max_batch_size(batched(0), 101)
-    assert r.max_batch == 0 and "no batch size" in r.message
+    assert r.max_batch == 0 and "no batch size" in r.message and r.status == "infeasible"
 
 
 def test_needs_batch_size():
@@ -150,3 +150,23 @@ def test_max_batch_with_hard_limits_matches_the_single_milp():
     search = max_batch_size(g, 700, time_limit=60)
     single = max_batch_size(g, 700, method="milp")
     assert search.exact and search.max_batch == single.max_batch
+
+
+def test_a_total_time_limit_ends_the_search_with_the_bracket_it_reached():
+    g = batched(1)
+    full = max_batch_size(g, 700)
+    assert len(full.probes) > 1 and full.status == "optimal"
+    # The first probe always runs; a limit already spent then stops the search before a second.
+    cut = max_batch_size(g, 700, total_time_limit=1e-9)
+    assert len(cut.probes) == 1 and cut.out_of_time and not cut.exact and cut.status == "time_limit"
+    assert cut.max_batch == cut.probes[0]["fits_up_to"] < full.max_batch
+    # Nothing above was probed, so only the memory bound limits the answer from above.
+    assert f"[{cut.max_batch}, {batch_upper_bound(g, 700)}]" in cut.message and "total time limit" in cut.message
+    roomy = max_batch_size(g, 700, total_time_limit=600)
+    assert roomy.exact and roomy.max_batch == full.max_batch and not roomy.out_of_time
+
+
+@pytest.mark.parametrize("limit", [0, -5])
+def test_a_non_positive_total_time_limit_is_refused(limit):
+    with pytest.raises(ValueError, match="total time limit must be positive"):
+        max_batch_size(batched(0), 700, total_time_limit=limit)

@@ -51,10 +51,21 @@ class MaxBatchResult:
     schedule: Schedule | None = None
     probes: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
+    out_of_time: bool = False  # the search's total time limit ended it with the answer unproved
 
     @property
     def exact(self) -> bool:
         return self.smallest_infeasible is not None and self.smallest_infeasible == self.max_batch + 1
+
+    @property
+    def status(self) -> str:
+        """``optimal`` (proved exact), ``infeasible`` (proved that no B >= 1 fits), ``time_limit`` (time ran out
+        with the answer unproved), ``feasible`` (unproved otherwise) or ``error`` (no answer at all)."""
+        if self.exact:
+            return "infeasible" if self.max_batch == 0 else "optimal"
+        if self.out_of_time or any(p.get("verdict") == "unknown" for p in self.probes):
+            return "time_limit"
+        return "feasible" if self.max_batch > 0 else "error"
 
 
 def cost_cap(graph: DFGraph) -> float:
@@ -210,6 +221,7 @@ def max_batch_size(
     backend: str = "highs",
     on_probe: Callable[[dict[str, Any]], None] | None = None,
     hard_limits: bool = True,
+    total_time_limit: float | None = None,
     **options: Any,
 ) -> MaxBatchResult:
     """The maximum batch size for ``strategy`` at ``budget`` bytes; see the module docstring.
@@ -220,7 +232,11 @@ def max_batch_size(
     on large models. ``on_probe`` hears each probe's ``{"batch", "verdict",
     "seconds"}`` as it ends, with ``"fits_up_to"``: the largest B its schedule
     (found at ``batch``, valid unchanged at every B up to there) proves feasible.
+    ``total_time_limit`` bounds the whole search: each probe gets at most what is
+    left, and the search stops when none is, answering with the bracket it reached.
     """
+    if total_time_limit is not None and not total_time_limit > 0:
+        raise ValueError(f"total time limit must be positive seconds, got {total_time_limit!r}; omit it for no limit")
     if graph.batch_size is None:
         raise GraphError(f"graph {graph.name!r} does not record its batch size; it cannot be rescaled")
     cost_cap(graph)
@@ -228,7 +244,8 @@ def max_batch_size(
     if method == "milp":
         if strategy != "ilp":
             raise ValueError("method='milp' is the MILP's own model; use method='search' for other strategies")
-        return _max_batch_single_milp(graph, budget, time_limit, threads, backend, start)
+        limit = time_limit if total_time_limit is None else min(total_time_limit, time_limit or math.inf)
+        return _max_batch_single_milp(graph, budget, limit, threads, backend, start)
     if method != "search":
         raise ValueError(f"unknown method {method!r}; choose 'search' or 'milp'")
     hi_bound = batch_upper_bound(graph, budget)
@@ -237,12 +254,23 @@ def max_batch_size(
     infeasible = hi_bound + 1
     unknown: list[int] = []
 
+    def time_left() -> float | None:
+        return None if total_time_limit is None else total_time_limit - (time.perf_counter() - start)
+
+    def probe_limit() -> float | None:
+        left = time_left()
+        return time_limit if left is None else min(left, time_limit or math.inf)
+
+    def out_of_time() -> bool:
+        left = time_left()
+        return left is not None and left <= 0
+
     def probe(B: int) -> str:
         nonlocal best, infeasible
         t0 = time.perf_counter()
         g = graph.with_batch_size(B)
         if strategy == "ilp":
-            verdict, schedule = _probe_milp(g, budget, time_limit, threads, backend, hard_limits)
+            verdict, schedule = _probe_milp(g, budget, probe_limit(), threads, backend, hard_limits)
         else:
             verdict, schedule = _probe_strategy(g, budget, strategy, options)
         record = {"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0}
@@ -269,18 +297,27 @@ def max_batch_size(
         # Gallop and end on the memory bound itself: when it is tight (MobileNet at 16 GB) the answer
         # is then proved at once, with no bisection over near-infeasible, slow probes.
         B = 1
-        while probe(B) == "feasible" and best[0] < hi_bound:
+        while probe(B) == "feasible" and best[0] < hi_bound and not out_of_time():
             B = min(2 * best[0], hi_bound)
         lo, hi = bracket()
-        while hi - lo > 1:
+        while hi - lo > 1 and not out_of_time():
             probe((lo + hi) // 2)
             lo, hi = bracket()
     elapsed = time.perf_counter() - start
-    message = "" if best[0] else f"no batch size B >= 1 fits {budget:.6g} bytes within one extra forward pass"
     # An unknown probe between the largest feasible and the smallest infeasible B leaves the answer unproved.
     lo, hi = bracket()
+    stopped = hi - lo > 1 and out_of_time()
+    if stopped:
+        # Only a proof bounds the answer from above: an unknown probe does not.
+        message = (f"stopped at the total time limit of {total_time_limit:g} s: the maximum batch is in "
+                   f"[{lo}, {infeasible - 1}]; give more time to narrow it")
+    elif not best[0]:
+        message = f"no batch size B >= 1 fits {budget:.6g} bytes within one extra forward pass"
+    else:
+        message = ""
     proved_infeasible = infeasible if hi == infeasible else None
-    return MaxBatchResult(strategy, "search", budget, best[0], proved_infeasible, elapsed, best[1], probes, message)
+    return MaxBatchResult(strategy, "search", budget, best[0], proved_infeasible, elapsed, best[1], probes, message,
+                          stopped)
 
 
 def _max_batch_single_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str,
@@ -300,9 +337,9 @@ def _max_batch_single_milp(graph: DFGraph, budget: float, time_limit: float | No
         proved = B + 1 if out.status == "optimal" else (upper + 1 if upper is not None else None)
         schedule = milp.schedule(out.x[: milp.problem.num_vars])
         return MaxBatchResult("ilp", "milp", budget, B, proved, elapsed, schedule,
-                              [{"status": out.status, "seconds": out.time}])
+                              [{"status": out.status, "seconds": out.time}], out_of_time=out.status == "feasible")
     return MaxBatchResult("ilp", "milp", budget, 0, 1 if out.status == "infeasible" else None, elapsed,
-                          message=f"solver status {out.status}")
+                          message=f"solver status {out.status}", out_of_time=out.status == "time_limit")
 
 
 def _batch_variable_model(milp, one: DFGraph, budget: float, b_max: int) -> MilpProblem:
