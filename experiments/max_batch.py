@@ -12,6 +12,7 @@ import inspect
 import logging
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ def main(cfg: Any, output_dir: Path) -> Path:
         if grid.get("total_time_limit") is not None:
             options["total_time_limit"] = float(grid["total_time_limit"])
         params = inspect.signature(max_batch_size).parameters
+        options["on_probe"] = partial(_log_probe, f"{spec}/{strategy}")
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             options = {k: v for k, v in options.items() if k in params}
         start = time.perf_counter()
@@ -101,6 +103,12 @@ def main(cfg: Any, output_dir: Path) -> Path:
         append_row(out, row, COLUMNS)
         tracker.log(grid["name"], row, run_name=f"{spec}/{strategy}/{platform}")
     return out
+
+
+def _log_probe(cell: str, probe: dict[str, Any]) -> None:
+    """Progress on long searches (ResNet50's probes take minutes each): one line per probe."""
+    reach = f", its schedule fits up to {probe['fits_up_to']}" if "fits_up_to" in probe else ""
+    log.info("%s: batch %s %s in %.1f s%s", cell, probe["batch"], probe["verdict"], probe["seconds"], reach)
 
 
 def _unpack(answer: Any) -> dict[str, Any]:
