@@ -79,17 +79,23 @@ def overhead_at_platform(results: Path, out: Path) -> pd.DataFrame:
 def max_batch_table(results: Path, out: Path) -> pd.DataFrame:
     frame = latest_cells(read(results, "max_batch"), ["graph", "strategy", "solver", "time_limit", "platform"])
     table = frame.pivot_table(index="strategy", columns="graph", values="max_batch", aggfunc="max")
-    if "checkpoint_all" in table.index:
-        ratio = table / table.loc["checkpoint_all"]
-        table = table.astype(object)
-        for s in table.index:
-            for g in table.columns:
-                v, r = table.loc[s, g], ratio.loc[s, g]
-                table.loc[s, g] = "-" if pd.isna(v) else (f"{v:.0f} ({r:.2f}x)" if pd.notna(r) else f"{v:.0f}")
+    # A search that ran out of time proved only a lower end: mark those values rather than pass them off as exact.
+    best = frame.sort_values("max_batch").drop_duplicates(["strategy", "graph"], keep="last")
+    statuses = best["status"] if "status" in best else [""] * len(best)
+    open_ended = {(s, g) for s, g, status in zip(best["strategy"], best["graph"], statuses, strict=True)
+                  if status == "time_limit"}
+    ratio = table / table.loc["checkpoint_all"] if "checkpoint_all" in table.index else table * np.nan
+    table = table.astype(object)
+    for s in table.index:
+        for g in table.columns:
+            v, r = table.loc[s, g], ratio.loc[s, g]
+            mark = "+" if (s, g) in open_ended else ""
+            table.loc[s, g] = "-" if pd.isna(v) else f"{v:.0f}{mark}" + (f" ({r:.2f}x)" if pd.notna(r) else "")
     table = table.loc[ordered(table.index)]
     table.index = [label(s) for s in table.index]
     table.index.name = "strategy"
-    write(table, out, "max_batch", "Maximum batch size (ratio to checkpoint-all) at the platform memory")
+    write(table, out, "max_batch", "Maximum batch size (ratio to checkpoint-all) at the platform memory; "
+          "n+: at least n, the search's time limit ended it before a proof")
     return table
 
 

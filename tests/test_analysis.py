@@ -123,6 +123,18 @@ def test_fig6_and_fig3_bars_follow_the_csv(tmp_path: Path) -> None:
     assert any(line.get_ydata()[0] == 16.0 for line in ax.get_lines())  # the platform line, in GiB
 
 
+def test_max_batch_table_marks_an_unproved_search(tmp_path: Path) -> None:
+    from analysis.tables import max_batch_table
+
+    pd.DataFrame({"graph": ["a", "a", "b", "b"], "strategy": ["checkpoint_all", "ilp"] * 2,
+                  "solver": ["", "highs"] * 2, "time_limit": [None, 10] * 2, "platform": "v100_16gb",
+                  "status": ["optimal", "time_limit", "optimal", "optimal"], "max_batch": [100, 180, 40, 90]}
+                 ).to_csv(tmp_path / "max_batch.csv", index=False)
+    table = max_batch_table(tmp_path, tmp_path)
+    assert table.loc[label("ilp"), "a"] == "180+ (1.80x)" and table.loc[label("ilp"), "b"] == "90 (2.25x)"
+    assert "180+ (1.80x)" in (tmp_path / "max_batch.md").read_text()
+
+
 def test_missing_inputs_name_the_stage(tmp_path: Path) -> None:
     from analysis.figures import fig5_budget_sweep
 
