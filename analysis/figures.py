@@ -115,8 +115,12 @@ def fig6_max_batch(results: Path, out: Path) -> Any:
     for j, strategy in enumerate(strategies):
         sub = frame[frame["strategy"] == strategy].set_index("graph")
         values = [float(sub.loc[g, "max_batch"]) if g in sub.index else 0.0 for g in graphs]
-        ax.bar(np.arange(len(graphs)) + (j - (len(strategies) - 1) / 2) * width, values, width,
-               color=color(strategy), label=label(strategy))
+        bars = ax.bar(np.arange(len(graphs)) + (j - (len(strategies) - 1) / 2) * width, values, width,
+                      color=color(strategy), label=label(strategy))
+        # Values on the bars: U-Net's batches are tiny next to MobileNet's; "+" marks a search that ran out of time.
+        open_ended = [g in sub.index and sub.loc[g].get("status") == "time_limit" for g in graphs]
+        ax.bar_label(bars, [f"{v:.0f}{'+' if o else ''}" if v else "" for v, o in zip(values, open_ended, strict=True)],
+                     fontsize=6, padding=1)
     ax.set_xticks(np.arange(len(graphs)), graphs, rotation=20)
     ax.set_ylabel("Maximum batch size (samples)")
     platform = _platform(frame)

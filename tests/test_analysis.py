@@ -109,11 +109,12 @@ def test_fig6_and_fig3_bars_follow_the_csv(tmp_path: Path) -> None:
 
     pd.DataFrame({"graph": ["a", "a", "b", "b"], "strategy": ["checkpoint_all", "ilp"] * 2,
                   "solver": ["", "highs"] * 2, "time_limit": [None, 10] * 2, "platform": "v100_16gb",
-                  "platform_memory": 16 * GIB, "status": "feasible", "max_batch": [100, 180, 40, 90]}
-                 ).to_csv(tmp_path / "max_batch.csv", index=False)
+                  "platform_memory": 16 * GIB, "status": ["optimal", "time_limit", "optimal", "optimal"],
+                  "max_batch": [100, 180, 40, 90]}).to_csv(tmp_path / "max_batch.csv", index=False)
     ax = fig6_max_batch(tmp_path, tmp_path).axes[0]
     heights = {(p.get_label(), round(p.get_x(), 3)): p.get_height() for p in ax.patches}
     assert sorted(heights.values()) == [40, 90, 100, 180]
+    assert sorted(t.get_text() for t in ax.texts) == ["100", "180+", "40", "90"]  # an unproved search is marked
     assert {c.get_label() for c in ax.containers} == {label("checkpoint_all"), label("ilp")}
     pd.DataFrame({"model": ["m1", "m2"], "activation_bytes": [20 * GIB, 30 * GIB],
                   "parameter_bytes": [GIB // 2, GIB], "platform": "v100_16gb", "platform_memory": 16 * GIB}
