@@ -7,16 +7,18 @@ from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.maxbatch import batch_upper_bound, cost_cap, max_batch_size
 
 
-def batched(seed, batch=8, params=100):
-    g = random_training_graph(4, seed)
+def batched(seed, batch=8, params=100, layers=4):
+    g = random_training_graph(layers, seed)
     return DFGraph(g.names, g.cost * batch, g.memory * batch, g.edges, g.loss, batch_size=batch,
                    constant_memory=params)
 
 
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("budget", [300, 700])
-def test_search_and_single_milp_agree_and_are_exact(seed, budget):
-    g = batched(seed)
+# The 4-layer graphs reach their memory bound (often by a heuristic alone); the larger ones do not,
+# so there the solver probes decide the answer.
+@pytest.mark.parametrize(("seed", "layers", "budget"), [(s, 4, b) for s in range(4) for b in (300, 700)]
+                         + [(2, 5, 500), (2, 5, 1000), (0, 6, 500)])
+def test_search_and_single_milp_agree_and_are_exact(seed, layers, budget):
+    g = batched(seed, layers=layers)
     search = max_batch_size(g, budget)
     single = max_batch_size(g, budget, method="milp")
     assert search.max_batch == single.max_batch
@@ -118,8 +120,8 @@ def test_a_schedule_proves_every_batch_it_fits_as_brute_force_finds(seed):
 
 
 def test_each_feasible_probe_reports_how_far_its_schedule_reaches_and_the_search_skips_there():
-    g = batched(1)
-    r = max_batch_size(g, 700)
+    g = batched(0, layers=6)
+    r = max_batch_size(g, 1000)
     feasible = [p for p in r.probes if p["verdict"] == "feasible"]
     assert feasible and all(p["fits_up_to"] >= p["batch"] for p in feasible)
     assert r.max_batch == max(p["fits_up_to"] for p in feasible)
@@ -153,16 +155,16 @@ def test_max_batch_with_hard_limits_matches_the_single_milp():
 
 
 def test_a_total_time_limit_ends_the_search_with_the_bracket_it_reached():
-    g = batched(1)
-    full = max_batch_size(g, 700)
+    g = batched(0, layers=6)
+    full = max_batch_size(g, 1000)
     assert len(full.probes) > 1 and full.status == "optimal"
-    # The first probe always runs; a limit already spent then stops the search before a second.
-    cut = max_batch_size(g, 700, total_time_limit=1e-9)
-    assert len(cut.probes) == 1 and cut.out_of_time and not cut.exact and cut.status == "time_limit"
-    assert cut.max_batch == cut.probes[0]["fits_up_to"] < full.max_batch
+    # The heuristics' seed always runs; a limit already spent then stops the search before any probe.
+    cut = max_batch_size(g, 1000, total_time_limit=1e-9)
+    assert len(cut.probes) == 1 < len(full.probes) and cut.out_of_time and cut.status == "time_limit"
+    assert cut.max_batch == cut.probes[0]["fits_up_to"] < full.max_batch and not cut.exact
     # Nothing above was probed, so only the memory bound limits the answer from above.
-    assert f"[{cut.max_batch}, {batch_upper_bound(g, 700)}]" in cut.message and "total time limit" in cut.message
-    roomy = max_batch_size(g, 700, total_time_limit=600)
+    assert f"[{cut.max_batch}, {batch_upper_bound(g, 1000)}]" in cut.message and "total time limit" in cut.message
+    roomy = max_batch_size(g, 1000, total_time_limit=600)
     assert roomy.exact and roomy.max_batch == full.max_batch and not roomy.out_of_time
 
 
@@ -170,3 +172,17 @@ def test_a_total_time_limit_ends_the_search_with_the_bracket_it_reached():
 def test_a_non_positive_total_time_limit_is_refused(limit):
     with pytest.raises(ValueError, match="total time limit must be positive"):
         max_batch_size(batched(0), 700, total_time_limit=limit)
+
+
+def test_the_search_starts_from_the_best_heuristic_and_the_solvers_go_beyond_it():
+    """A baseline's schedule is a point of the MILP's space: the ILP's answer is never below a baseline's."""
+    from remat.strategies.maxbatch import FAST_HEURISTICS
+
+    g = batched(0, layers=6)
+    r = max_batch_size(g, 1000)
+    seed = r.probes[0]
+    assert seed["heuristic"] in FAST_HEURISTICS and seed["verdict"] == "feasible"
+    assert seed["fits_up_to"] >= max(max_batch_size(g, 1000, strategy=h).max_batch for h in FAST_HEURISTICS
+                                     if h != "chen_greedy")  # chen_greedy needs a chain
+    assert r.exact and r.max_batch > seed["fits_up_to"]
+    assert r.max_batch == max_batch_size(g, 1000, method="milp").max_batch
