@@ -31,8 +31,12 @@ def call_with_hard_limit(fn: Callable[..., Any], args: tuple, limit: float) -> t
     """``(True, fn(*args))``, or ``(False, None)`` when the call has not returned ``limit`` seconds after it began.
 
     ``fn`` and ``args`` must be picklable (a module-level function and plain data).
-    An exception raised in the child is raised again here; a child that dies
-    without answering (killed by the system, out of memory) counts as not returned.
+    An exception raised in the child is raised again here; a child killed by a
+    signal without answering (by the system, out of memory) counts as not returned.
+    A child that *exits* with an error status before answering could not run the
+    call at all - typically a script whose top level calls this without
+    ``if __name__ == "__main__":`` (a spawned child re-imports the main module) -
+    and raises a RuntimeError that says so.
     """
     if limit <= 0:
         raise ValueError(f"the hard time limit must be positive, got {limit!r}")
@@ -41,17 +45,25 @@ def call_with_hard_limit(fn: Callable[..., Any], args: tuple, limit: float) -> t
     child = ctx.Process(target=_answer, args=(send, fn, args), daemon=True)
     child.start()
     send.close()  # only the child writes; the parent then sees EOF if the child dies
+    answered = False
     try:
-        if not receive.poll(limit):
-            return False, None
-        ok, value = receive.recv()
+        if receive.poll(limit):
+            ok, value = receive.recv()
+            answered = True
     except EOFError:
-        return False, None
+        pass  # the child died without answering
     finally:
         if child.is_alive():
             child.kill()
         child.join()
         receive.close()
+    if not answered:
+        if child.exitcode is not None and child.exitcode > 0:
+            raise RuntimeError(
+                f"the child process for a hard time limit exited with status {child.exitcode} before answering (its "
+                "traceback is above). From a script, make the call under `if __name__ == \"__main__\":`, since the "
+                "spawned child re-imports the main module; or pass hard_limits=False to run in this process")
+        return False, None
     if not ok:
         raise value
     return True, value
