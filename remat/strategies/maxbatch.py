@@ -220,6 +220,11 @@ def _best_heuristic_batch(graph: DFGraph, budget: float) -> tuple[str, int, Sche
     return best
 
 
+def _tighter(limit: float | None, other: float | None) -> float | None:
+    """The smaller of two optional time limits (None: no limit)."""
+    return limit if other is None else min(other, limit if limit is not None else math.inf)
+
+
 def checkpoint_all_peak_activations(graph: DFGraph) -> float:
     return simulate(graph, checkpoint_all_schedule(graph), plan=False).peak_memory - graph.constant_memory
 
@@ -268,10 +273,9 @@ def max_batch_size(
     if method == "milp":
         if strategy != "ilp":
             raise ValueError("method='milp' is the MILP's own model; use method='search' for other strategies")
-        limit = time_limit if total_time_limit is None else min(total_time_limit, time_limit or math.inf)
         from remat.strategies.maxbatch_model import max_batch_single_milp
 
-        return max_batch_single_milp(graph, budget, limit, threads, backend, start)
+        return max_batch_single_milp(graph, budget, _tighter(time_limit, total_time_limit), threads, backend, start)
     if method != "search":
         raise ValueError(f"unknown method {method!r}; choose 'search' or 'milp'")
     hi_bound = batch_upper_bound(graph, budget)
@@ -283,23 +287,24 @@ def max_batch_size(
     def time_left() -> float | None:
         return None if total_time_limit is None else total_time_limit - (time.perf_counter() - start)
 
-    def probe_limit() -> float | None:
-        left = time_left()
-        return time_limit if left is None else min(left, time_limit or math.inf)
-
     def out_of_time() -> bool:
         left = time_left()
         return left is not None and left <= 0
 
     def probe(B: int) -> str:
-        nonlocal best, infeasible
         t0 = time.perf_counter()
         g = graph.with_batch_size(B)
         if strategy == "ilp":
-            verdict, schedule = _probe_milp(g, budget, probe_limit(), threads, backend, hard_limits)
+            verdict, schedule = _probe_milp(g, budget, _tighter(time_limit, time_left()), threads, backend,
+                                            hard_limits)
         else:
             verdict, schedule = _probe_strategy(g, budget, strategy, options)
-        record = {"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0}
+        return note(B, verdict, schedule, t0)
+
+    def note(B: int, verdict: str, schedule: Schedule | None, t0: float, **extra: Any) -> str:
+        """Record a probe's answer (and tell ``on_probe``), moving the bracket."""
+        nonlocal best, infeasible
+        record = {"batch": B, "verdict": verdict, "seconds": time.perf_counter() - t0, **extra}
         if verdict == "feasible":
             # For the MILP a schedule is a proof for every B it fits (other strategies must be rerun at each B).
             reach = largest_batch_for(graph, schedule, budget, B, hi_bound) if strategy == "ilp" else B
@@ -324,12 +329,7 @@ def max_batch_size(
         seed = _best_heuristic_batch(graph, budget)
         if seed is not None:
             name, B, schedule = seed
-            reach = largest_batch_for(graph, schedule, budget, B, hi_bound)
-            best = (reach, schedule)
-            probes.append({"batch": B, "verdict": "feasible", "seconds": time.perf_counter() - t0,
-                           "fits_up_to": reach, "heuristic": name})
-            if on_probe is not None:
-                on_probe(probes[-1])
+            note(B, "feasible", schedule, t0, heuristic=name)
     if hi_bound >= 1:
         # Gallop and end on the memory bound itself: when it is tight (MobileNet at 16 GB) the answer
         # is then proved at once, with no bisection over near-infeasible, slow probes.
