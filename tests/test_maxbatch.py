@@ -186,3 +186,15 @@ def test_the_search_starts_from_the_best_heuristic_and_the_solvers_go_beyond_it(
                                      if h != "chen_greedy")  # chen_greedy needs a chain
     assert r.exact and r.max_batch > seed["fits_up_to"]
     assert r.max_batch == max_batch_size(g, 1000, method="milp").max_batch
+
+
+def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuristic():
+    """On this graph Chen's greedy grid misses the checkpoint set that fits 31 samples; the local search finds it."""
+    from remat.strategies.maxbatch import FAST_HEURISTICS
+
+    g = batched(4, layers=8)
+    r = max_batch_size(g, 1000)
+    seed = r.probes[0]
+    assert seed["heuristic"] == "checkpoint_local_search" and seed["fits_up_to"] == 31
+    assert all(max_batch_size(g, 1000, strategy=h).max_batch < 31 for h in FAST_HEURISTICS if h != "chen_greedy")
+    assert r.exact and r.max_batch == 31  # the solver probes prove 32 infeasible
