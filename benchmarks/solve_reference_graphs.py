@@ -144,13 +144,15 @@ def prove_max_batches(graphs: list, budget: float, time_limit: float, total: flo
     for graph in graphs:
         def progress(probe: dict, name: str = graph.name) -> None:
             reach = f", its schedule fits up to {probe['fits_up_to']}" if "fits_up_to" in probe else ""
-            print(f"  {name}: batch {probe['batch']} {probe['verdict']} in {probe['seconds']:.1f} s{reach}",
+            by = f" (seed: {probe['heuristic']})" if "heuristic" in probe else ""
+            print(f"  {name}: batch {probe['batch']} {probe['verdict']}{by} in {probe['seconds']:.1f} s{reach}",
                   file=sys.stderr, flush=True)
 
         result = max_batch_size(graph, budget, strategy="ilp", time_limit=time_limit, on_probe=progress,
                                 total_time_limit=total)
+        seed = next((f"{p['heuristic']} {p['fits_up_to']}" for p in result.probes if "heuristic" in p), "-")
         rows.append({"graph": graph.name, "max_batch": result.max_batch,
-                     "smallest_infeasible": result.smallest_infeasible, "status": result.status,
+                     "smallest_infeasible": result.smallest_infeasible, "status": result.status, "seed": seed,
                      "seconds": result.solve_time, "probes": len(result.probes),
                      "slowest_probe_s": max((p["seconds"] for p in result.probes), default=0.0)})
         print(markdown_table([rows[-1]], list(rows[-1])).splitlines()[-1], flush=True)
