@@ -189,7 +189,7 @@ def test_the_search_starts_from_the_best_heuristic_and_the_solvers_go_beyond_it(
 
 
 def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuristic():
-    """On this graph Chen's greedy grid misses the checkpoint set that fits 31 samples; the local search finds it."""
+    """On this graph no fast heuristic fits 31 samples; the local search's checkpoint set does."""
     from remat.strategies.maxbatch import FAST_HEURISTICS
 
     g = batched(4, layers=8)
@@ -198,3 +198,15 @@ def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuri
     assert seed["heuristic"] == "checkpoint_local_search" and seed["fits_up_to"] == 31
     assert all(max_batch_size(g, 1000, strategy=h).max_batch < 31 for h in FAST_HEURISTICS if h != "chen_greedy")
     assert r.exact and r.max_batch == 31  # the solver probes prove 32 infeasible
+
+
+def test_the_seed_skips_its_local_search_once_the_search_is_out_of_time():
+    import time
+
+    from remat.strategies.maxbatch import _best_heuristic_batch
+
+    g = batched(4, layers=8)
+    hi = batch_upper_bound(g, 1000)
+    assert _best_heuristic_batch(g, 1000, hi)[0] == "checkpoint_local_search"
+    spent = _best_heuristic_batch(g, 1000, hi, deadline=time.perf_counter())
+    assert spent[0] != "checkpoint_local_search" and spent[1] < 31

@@ -13,7 +13,8 @@ nodes along the topological order) while the score improves;
 This matters most for the maximum batch (§6.4, eq. 10), where the question is the
 least peak memory within one extra forward pass: on ResNet50 the greedy's best
 set needs 32.9 MB per sample (486 at 16 GB), the searched set 28.9 MB (553), in
-about 100 s. Like the heuristics it starts from, the result is a valid schedule
+about 100 s (measured at commit 00183be with ``benchmarks/solve_reference_graphs.py
+--graphs resnet50 --max-batch-only``). Like the heuristics it starts from, the result is a valid schedule
 and a point of the MILP's space, not a bound.
 """
 
@@ -54,6 +55,20 @@ def checkpoint_moves(checkpoints: frozenset[int], node: int, candidates: frozens
     return moves
 
 
+def peak_within_cost(graph: DFGraph, cost_limit: float) -> Callable[[frozenset[int]], Score]:
+    """The score of a checkpoint set: (peak memory, cost) of its schedule, the peak infinite above ``cost_limit``.
+
+    Cached, since the climbs revisit sets; minimising it is eq. (10)'s question
+    (the least memory within one extra forward pass) over checkpoint sets.
+    """
+    @functools.cache
+    def score(checkpoints: frozenset[int]) -> Score:
+        sim = simulate(graph, checkpoint_set_schedule(graph, sorted(checkpoints)), plan=False)
+        return (sim.peak_memory if sim.valid and sim.cost <= cost_limit else np.inf, sim.cost)
+
+    return score
+
+
 def hill_climb_checkpoints(start: Iterable[int], candidates: Iterable[int], score: Callable[[frozenset[int]], Score],
                            time_limit: float | None = None) -> tuple[frozenset[int], Score]:
     """First-improvement hill climbing over checkpoint sets, minimising ``score``.
@@ -61,19 +76,14 @@ def hill_climb_checkpoints(start: Iterable[int], candidates: Iterable[int], scor
     The candidates are visited in ascending order, cyclically; at each, the
     first of :func:`checkpoint_moves` that lowers the score is taken. The climb
     ends at a local optimum (a whole cycle with no improving move) or when
-    ``time_limit`` seconds have passed. Deterministic; each set is scored once.
+    ``time_limit`` seconds have passed; without a time limit it is
+    deterministic. ``score`` is called for every move tried, so pass a cached
+    one (:func:`peak_within_cost`).
     """
     order = sorted({int(c) for c in candidates})
     allowed = frozenset(order)
-    cache: dict[frozenset[int], Score] = {}
-
-    def scored(s: frozenset[int]) -> Score:
-        if s not in cache:
-            cache[s] = score(s)
-        return cache[s]
-
     current = frozenset(int(c) for c in start)
-    best = scored(current)
+    best = score(current)
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     i = since = 0
     while order and since < len(order):
@@ -81,7 +91,7 @@ def hill_climb_checkpoints(start: Iterable[int], candidates: Iterable[int], scor
             break
         since += 1
         for move in checkpoint_moves(current, order[i], allowed):
-            s = scored(move)
+            s = score(move)
             if s < best:
                 current, best, since = move, s, 0
                 break
@@ -127,20 +137,19 @@ def least_peak_checkpoint_set(graph: DFGraph, cost_limit: float, time_limit: flo
     Starts from the least-peak set within ``cost_limit`` of Chen's greedy over the
     linearized and the articulation-point candidates (App. B), then searches
     subsets of the forward nodes (:func:`iterated_hill_climb`; ``time_limit``
-    and ``patience`` bound it). ``None`` when no set of the greedy's grid is within
-    ``cost_limit``.
+    and ``patience`` bound it; the grid, a few seconds on ResNet50, counts against
+    ``time_limit`` but always runs). ``None`` when no set of the greedy's grid is
+    within ``cost_limit``.
     """
-    @functools.cache
-    def score(checkpoints: frozenset[int]) -> Score:
-        sim = simulate(graph, checkpoint_set_schedule(graph, sorted(checkpoints)), plan=False)
-        return (sim.peak_memory if sim.valid and sim.cost <= cost_limit else np.inf, sim.cost)
-
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    score = peak_within_cost(graph, cost_limit)
     candidates = linearized_candidates(graph)
     starts = [greedy_checkpoints(graph, cands, b)
               for cands in (candidates, articulation_candidates(graph)) for b in greedy_budget_grid(graph)]
     start = min((frozenset(int(c) for c in s) for s in starts), key=score)
     if not np.isfinite(score(start)[0]):
         return None
-    best, _ = iterated_hill_climb(start, candidates, score, time_limit, patience)
+    left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+    best, _ = iterated_hill_climb(start, candidates, score, left, patience)
     schedule = checkpoint_set_schedule(graph, sorted(best))
     return schedule, simulate(graph, schedule, plan=False)

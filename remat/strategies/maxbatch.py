@@ -12,8 +12,9 @@ proves every larger B it still fits unchanged (:func:`largest_batch_for`), so th
 search moves on from there. Heuristics are searched the same way, each probe
 being one run of the strategy.
 
-For the MILP the search starts from the best fast heuristic's own maximum batch
-(its schedule is a point of the MILP's space). ``time_limit`` bounds each probe
+For the MILP the search starts from the best fast heuristic's own maximum batch,
+or from a checkpoint set found by local search if that fits more (each schedule
+is a point of the MILP's space). ``time_limit`` bounds each probe
 and ``total_time_limit`` the search; an open search reports status ``time_limit``.
 
 ``method="milp"`` (the MILP only) is the paper's own single model, with B an
@@ -202,17 +203,18 @@ def _heuristic_schedules(graph: DFGraph, budget: float):
             yield result
 
 
-def _best_heuristic_batch(graph: DFGraph, budget: float,
-                          climb_time: float | None = CLIMB_SECONDS) -> tuple[str, int, Schedule] | None:
+def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
+                          deadline: float | None = None) -> tuple[str, int, Schedule] | None:
     """The largest batch a fast heuristic's own search reaches within the cap, with its schedule.
 
     Each such schedule is a point of the MILP's space, so the MILP's answer is at
     least this (§6.4 compares the strategies the same way). Seeding the search
     with it keeps the reported lower end at or above every baseline's even where
-    the solver probes run out of time (ResNet50). Last, a checkpoint set of least
-    peak within the cap is sought by local search at the best heuristic's batch
-    (:mod:`remat.strategies.checkpoint_search`, ``climb_time`` seconds at most):
-    ResNet50 at 16 GB, 486 -> 553.
+    the solver probes run out of time (ResNet50). Then, unless a heuristic has
+    reached the memory bound ``hi_bound``, a checkpoint set of least peak within
+    the cap is sought by local search at the best heuristic's batch
+    (:mod:`remat.strategies.checkpoint_search`) for at most ``CLIMB_SECONDS``,
+    ending by ``deadline`` (a ``time.perf_counter()`` value) if one is given.
     """
     best: tuple[str, int, Schedule] | None = None
     for name in FAST_HEURISTICS:
@@ -223,17 +225,16 @@ def _best_heuristic_batch(graph: DFGraph, budget: float,
         B = found.max_batch
         if B > (best[1] if best else 0) and found.schedule is not None and qualifies(graph, found.schedule, budget, B):
             best = (name, B, found.schedule)
-    if climb_time is None or climb_time > 0:
-        B = best[1] if best else 1
-        try:
-            climbed = least_peak_checkpoint_set(graph.with_batch_size(B), allowed_cost(graph.with_batch_size(B)),
-                                                climb_time)
-        except GraphError:
-            climbed = None  # no training structure to checkpoint
-        if climbed is not None and qualifies(graph, climbed[0], budget, B):
-            reach = largest_batch_for(graph, climbed[0], budget, B, batch_upper_bound(graph, budget))
-            if reach > (best[1] if best else 0):
-                best = ("checkpoint_local_search", reach, climbed[0])
+    climb_time = _tighter(CLIMB_SECONDS, None if deadline is None else deadline - time.perf_counter())
+    if (best and best[1] >= hi_bound) or climb_time <= 0:
+        return best
+    B = best[1] if best else 1
+    scaled = graph.with_batch_size(B)
+    climbed = least_peak_checkpoint_set(scaled, allowed_cost(scaled), climb_time)
+    if climbed is not None and qualifies(graph, climbed[0], budget, B):
+        reach = largest_batch_for(graph, climbed[0], budget, B, hi_bound)
+        if reach > (best[1] if best else 0):
+            best = ("checkpoint_local_search", reach, climbed[0])
     return best
 
 
@@ -343,7 +344,8 @@ def max_batch_size(
 
     if strategy == "ilp" and hi_bound >= 1:
         t0 = time.perf_counter()
-        seed = _best_heuristic_batch(graph, budget, _tighter(CLIMB_SECONDS, time_left()))
+        seed = _best_heuristic_batch(graph, budget, hi_bound,
+                                     None if total_time_limit is None else start + total_time_limit)
         if seed is not None:
             name, B, schedule = seed
             note(B, "feasible", schedule, t0, heuristic=name)
