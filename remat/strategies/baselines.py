@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import networkx as nx
 import numpy as np
@@ -127,6 +127,12 @@ def greedy_budget_grid(graph: DFGraph, size: int = GREEDY_GRID_SIZE) -> np.ndarr
     return np.concatenate([[0.0], np.geomspace(positive.min(), positive.sum(), max(size - 1, 1))])
 
 
+def greedy_checkpoint_sets(graph: DFGraph, candidates: np.ndarray,
+                           grid_size: int = GREEDY_GRID_SIZE) -> Iterator[np.ndarray]:
+    """Chen's greedy checkpoint set for each segment budget of :func:`greedy_budget_grid`."""
+    return (greedy_checkpoints(graph, candidates, b) for b in greedy_budget_grid(graph, grid_size))
+
+
 # ---------------------------------------------------------------- checkpoint set -> schedule
 def checkpoint_set_s(graph: DFGraph, checkpoints: Iterable[int]) -> np.ndarray:
     """The checkpoint matrix S of a frontier-advancing schedule that checkpoints ``checkpoints``.
@@ -226,8 +232,8 @@ def _sqrtn(name: str, graph: DFGraph, budget: float, candidates: np.ndarray, sta
 def _greedy(
     name: str, graph: DFGraph, budget: float, candidates: np.ndarray, start: float, grid_size: int
 ) -> SolveResult:
-    sets = (greedy_checkpoints(graph, candidates, b) for b in greedy_budget_grid(graph, grid_size))
-    return best_checkpoint_set(name, graph, budget, sets, start, grid_size=grid_size)
+    return best_checkpoint_set(name, graph, budget, greedy_checkpoint_sets(graph, candidates, grid_size), start,
+                               grid_size=grid_size)
 
 
 def solve_chen_sqrtn(graph: DFGraph, budget: float, **_: object) -> SolveResult:

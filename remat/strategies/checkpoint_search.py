@@ -31,8 +31,7 @@ from remat.schedule import Schedule, Simulation, simulate
 from remat.strategies.baselines import (
     articulation_candidates,
     checkpoint_set_schedule,
-    greedy_budget_grid,
-    greedy_checkpoints,
+    greedy_checkpoint_sets,
     linearized_candidates,
 )
 
@@ -144,9 +143,9 @@ def least_peak_checkpoint_set(graph: DFGraph, cost_limit: float, time_limit: flo
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     score = peak_within_cost(graph, cost_limit)
     candidates = linearized_candidates(graph)
-    starts = [greedy_checkpoints(graph, cands, b)
-              for cands in (candidates, articulation_candidates(graph)) for b in greedy_budget_grid(graph)]
-    start = min((frozenset(int(c) for c in s) for s in starts), key=score)
+    starts = (frozenset(int(c) for c in s)
+              for cands in (candidates, articulation_candidates(graph)) for s in greedy_checkpoint_sets(graph, cands))
+    start = min(starts, key=score)
     if not np.isfinite(score(start)[0]):
         return None
     left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
