@@ -168,11 +168,13 @@ def row_key(row: dict[str, Any], key_columns: Iterable[str]) -> tuple[str, ...]:
     return tuple(key_str(row.get(c)) for c in key_columns)
 
 
-def append_row(path: Path, row: dict[str, Any], columns: list[str]) -> None:
+def append_row(path: Path, row: dict[str, Any], columns: list[str], replace_key: list[str] | None = None) -> None:
     """Append one row (header first if the file is new), flushed to disk before returning.
 
     Parallel joblib/submitit jobs append to one file: an exclusive lock on the
     file itself serialises them (appends land at the end whatever the offset).
+    With ``replace_key``, earlier rows with the row's key are dropped first, so a
+    retried cell (one that ended in ``error``) keeps one row, not one per re-run.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+", newline="") as f:
@@ -184,6 +186,15 @@ def append_row(path: Path, row: dict[str, Any], columns: list[str]) -> None:
             writer = csv.DictWriter(f, fieldnames=header or columns, extrasaction="ignore")
             if header is None:
                 writer.writeheader()
+            elif replace_key:
+                f.seek(0)
+                rows = list(csv.DictReader(f))
+                kept = [r for r in rows if row_key(r, replace_key) != row_key(row, replace_key)]
+                if len(kept) < len(rows):
+                    f.seek(0)
+                    f.truncate()
+                    writer.writeheader()
+                    writer.writerows(kept)
             writer.writerow({c: _cell(row.get(c)) for c in header or columns})
             f.flush()
             os.fsync(f.fileno())

@@ -100,7 +100,7 @@ def main(cfg: Any, output_dir: Path) -> Path:
                         exc_info=not isinstance(exc, (ValueError, RuntimeError)))
             row.update(status="error", message=f"{type(exc).__name__}: {exc}")
         row.setdefault("solve_time", time.perf_counter() - start)
-        append_row(out, row, COLUMNS)
+        append_row(out, row, COLUMNS, replace_key=KEY)
         tracker.log(grid["name"], row, run_name=f"{spec}/{strategy}/{platform}")
     return out
 

@@ -124,7 +124,7 @@ def run_grid(cfg: Any, grid: dict[str, Any] | None = None) -> Path:
                 counts["skipped"] += 1
                 continue
             row, artifacts = run_cell(graph, strategy, budget_spec, solver, seed, context, Path(tmp))
-            append_row(out, row, RESULT_COLUMNS)
+            append_row(out, row, RESULT_COLUMNS, replace_key=CELL_KEY)
             tracker.log(name, row, artifacts, run_name=f"{spec}/{strategy}/{budget_spec}/s{seed}")
             counts["run"] += 1
     log.info("%s: %d cells run, %d already done, results in %s", name, counts["run"], counts["skipped"], out)

@@ -28,7 +28,9 @@ from experiments.common import (  # noqa: E402
     parse_budget_spec,
     read_rows,
     resolve_budget,
+    row_key,
 )
+from experiments.solving import CELL_KEY  # noqa: E402
 
 needs_reference = pytest.mark.skipif(
     not reference_graphs_available(), reason="reference graphs absent (set REMAT_GRAPHS_DIR or ../shared/data/graphs)"
@@ -108,6 +110,19 @@ def test_append_row_and_done_keys_retry_errors(tmp_path: Path) -> None:
     assert done_keys(path, ["graph", "budget_spec", "seed"]) == {("g", "0.5", "0"), ("g", "span:0.1", "1")}
 
 
+def test_append_row_replaces_a_retried_cell(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    cols, key = ["graph", "budget_spec", "status", "cost"], ["graph", "budget_spec"]
+    append_row(path, {"graph": "g", "budget_spec": 0.5, "status": "optimal", "cost": 3.0}, cols, replace_key=key)
+    append_row(path, {"graph": "g", "budget_spec": 0.7, "status": "error"}, cols, replace_key=key)
+    append_row(path, {"graph": "h", "budget_spec": 0.7, "status": "error"}, cols, replace_key=key)
+    append_row(path, {"graph": "g", "budget_spec": "0.7", "status": "feasible", "cost": 5.0}, cols, replace_key=key)
+    rows = read_rows(path)
+    assert [(r["graph"], r["budget_spec"], r["status"]) for r in rows] == [
+        ("g", "0.5", "optimal"), ("h", "0.7", "error"), ("g", "0.7", "feasible")]
+    assert path.read_text().count("graph,budget_spec") == 1
+
+
 # ---------------------------------------------------------------------- sweeps
 def test_sweep_rows_resume_and_mlflow(graph_file: Path, tmp_path: Path, mlflow_template: Path) -> None:
     from experiments.sweep import run_grid
@@ -134,10 +149,12 @@ def test_sweep_rows_resume_and_mlflow(graph_file: Path, tmp_path: Path, mlflow_t
         assert ilp["remat_version"] and ilp["solver_version"] and ilp["torch_version"]
         if by[("checkpoint_last", b)]["status"] == "feasible":
             assert float(ilp["cost"]) <= float(by[("checkpoint_last", b)]["cost"]) + 1e-9
-    # Re-run: every finished cell is skipped; an error cell is retried.
+    # Re-run: every finished cell is skipped; an error cell is retried and its row replaced, not duplicated.
     run_grid(cfg)
     errors = sum(r["status"] == "error" for r in rows)
-    assert len(read_rows(out)) == 8 + errors
+    assert errors >= 1
+    rerun = read_rows(out)
+    assert len(rerun) == 8 and sorted(row_key(r, CELL_KEY) for r in rerun) == sorted(row_key(r, CELL_KEY) for r in rows)
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
