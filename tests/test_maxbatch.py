@@ -209,4 +209,19 @@ def test_the_seed_skips_its_local_search_once_the_search_is_out_of_time():
     hi = batch_upper_bound(g, 1000)
     assert _best_heuristic_batch(g, 1000, hi)[0] == "checkpoint_local_search"
     spent = _best_heuristic_batch(g, 1000, hi, deadline=time.perf_counter())
-    assert spent[0] != "checkpoint_local_search" and spent[1] < 31
+    assert spent[0] not in ("checkpoint_local_search", "materialization_local_search") and spent[1] < 31
+
+
+def test_the_rematerialization_stage_search_reaches_the_memory_bound_where_checkpoint_sets_do_not():
+    """Two-level recomputation fits 18 samples here, the memory bound, so no solver probe is needed."""
+    from remat.strategies.checkpoint_search import least_peak_checkpoint_set
+    from remat.strategies.maxbatch import allowed_cost, qualifies
+
+    g = batched(0, layers=8)
+    hi = batch_upper_bound(g, 1000)
+    r = max_batch_size(g, 1000)
+    assert r.probes[0]["heuristic"] == "materialization_local_search" and r.probes[0]["fits_up_to"] == hi == 18
+    assert r.exact and r.max_batch == 18 and len(r.probes) == 1
+    at_bound = g.with_batch_size(hi)
+    best_set, _ = least_peak_checkpoint_set(at_bound, allowed_cost(at_bound))
+    assert not qualifies(g, best_set, 1000, hi)
