@@ -10,6 +10,7 @@ import pytest
 from remat.generators import random_training_graph
 from remat.schedule import Schedule, simulate
 from remat.strategies.baselines import checkpoint_set_s, checkpoint_set_schedule
+from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.checkpoint_search import least_peak_checkpoint_set
 from remat.strategies.materialization_search import (
     KEEP,
@@ -61,17 +62,25 @@ def test_every_choice_vector_gives_a_valid_schedule(seed):
         assert sim.valid, sim.violation
 
 
+def cost_limits(graph):
+    """Eq. (10)'s cap, and one halfway down to checkpoint-all's cost, where the cap binds."""
+    cap = allowed_cost(graph)
+    return [cap, 0.5 * (cap + simulate(graph, checkpoint_all_schedule(graph), plan=False).cost)]
+
+
 @pytest.mark.parametrize(("layers", "seed"), [(L, s) for L in (4, 5) for s in range(6)])
 def test_the_search_finds_the_least_peak_that_brute_force_finds(layers, seed):
     g = random_training_graph(layers, seed)
-    cap = allowed_cost(g)
     sims = [simulate(g, schedule_of(g, w), plan=False) for w in every_choice(g)]
-    least = min(s.peak_memory for s in sims if s.valid and s.cost <= cap)
-    start, checkpoint_sim = least_peak_checkpoint_set(g, cap)
-    schedule, sim = least_peak_materialization(g, cap, start)
-    again = simulate(g, schedule)
-    assert again.valid and again.peak_memory == sim.peak_memory == least and again.cost <= cap
-    assert least <= checkpoint_sim.peak_memory
+    for limit in cost_limits(g):
+        start = least_peak_checkpoint_set(g, limit)
+        if start is None:
+            continue
+        least = min(s.peak_memory for s in sims if s.valid and s.cost <= limit)
+        schedule, sim = least_peak_materialization(g, limit, start[0])
+        again = simulate(g, schedule)
+        assert again.valid and again.peak_memory == sim.peak_memory == least and again.cost <= limit
+        assert least <= start[1].peak_memory
 
 
 @pytest.mark.parametrize(("layers", "seed"), [(4, 0), (4, 1), (5, 2), (5, 4)])
@@ -111,14 +120,47 @@ def test_moves_change_one_choice_within_the_values_lifetime():
                 assert option != when and (option in (KEEP, RECOMPUTE) or g.loss <= option < last[v])
 
 
-def test_kicks_repeat_with_the_same_seed_and_a_spent_time_limit_still_answers():
+def test_kicks_repeat_with_the_same_seed_and_a_spent_time_limit_returns_the_start():
+    g = random_training_graph(16, 3)
+    cap = allowed_cost(g)
+    start, start_sim = least_peak_checkpoint_set(g, cap)
+    one, two = (least_peak_materialization(g, cap, start, seed=5)[0] for _ in range(2))
+    assert (one.S == two.S).all()
+    assert simulate(g, one, plan=False).peak_memory < start_sim.peak_memory
+    # The deadline is checked before each value, so a spent one stops the first climb before any move.
+    schedule, sim = least_peak_materialization(g, cap, start, time_limit=0)
+    assert (schedule.S == start.S).all() and sim.peak_memory == start_sim.peak_memory
+
+
+def test_the_search_stops_once_good_enough():
     g = random_training_graph(16, 3)
     cap = allowed_cost(g)
     start, _ = least_peak_checkpoint_set(g, cap)
-    one, two = (least_peak_materialization(g, cap, start, seed=5)[0] for _ in range(2))
-    assert (one.S == two.S).all()
-    schedule, sim = least_peak_materialization(g, cap, start, time_limit=0)
-    assert sim.valid and sim.cost <= cap and sim.peak_memory <= simulate(g, start, plan=False).peak_memory
+    asked = []
+    schedule, _ = least_peak_materialization(g, cap, start, seed=5, good_enough=lambda s: asked.append(s) or True)
+    first, _ = climb_materialization(g, materialization_of(g, start.S), peak_score(g, cap), np.random.default_rng(5))
+    assert len(asked) == 1 and (schedule.S == materialization_s(g, first)).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_score_counts_the_stages_at_the_peak_and_names_the_values_live_there(seed):
+    g = random_training_graph(12, seed)
+    last, rng = last_readers(g), np.random.default_rng(seed)
+    score = peak_score(g, np.inf)
+    for _ in range(10):
+        when = np.array([rng.choice([KEEP, RECOMPUTE, *range(g.loss, max(last[v], g.loss))]) for v in range(g.loss)])
+        schedule = schedule_of(g, when)
+        sim = simulate(g, schedule, plan=False)
+        (peak, stages, cost), live = score(when)
+        hot = sim.memory.max(axis=1) == sim.peak_memory
+        assert (peak, cost) == (sim.peak_memory, sim.cost) and stages == hot.sum() >= 1
+        assert set(live) == {v for v in range(g.loss) if (schedule.S[hot, v] | schedule.R[hot, v]).any()}
+
+
+def test_a_choice_vector_of_the_wrong_length_is_refused():
+    g = random_training_graph(6, 0)
+    with pytest.raises(ValueError, match="one choice per forward value"):
+        materialization_s(g, np.array([KEEP]))
 
 
 def test_a_start_over_the_cost_limit_gives_none():

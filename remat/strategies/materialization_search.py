@@ -1,4 +1,4 @@
-"""Schedules chosen by when each activation is rematerialized, by local search (generalising checkpoint sets).
+"""Schedules chosen by when each activation is rematerialized (generalising App. B's checkpoint sets, §6.4).
 
 A checkpoint-set schedule (App. B) makes one of two choices for each forward
 value: a checkpoint is kept from its forward computation to its last use; any
@@ -8,8 +8,8 @@ is kept through the forward pass until its last forward reader, and in the
 backward pass it is either
 
 * ``KEEP``: kept from its computation to its last use (a checkpoint),
-* a backward stage ``s``: recomputed in stage ``s`` and kept from there to its
-  last use, or
+* a stage ``s`` from the loss's to the one before its last reader: recomputed
+  in stage ``s`` and kept from there to its last use, or
 * ``RECOMPUTE``: never kept across stages; every stage that needs it recomputes it.
 
 The choices give S (:func:`materialization_s`), the least R for that S comes
@@ -19,7 +19,9 @@ schedule of the MILP's space. A segment's values rematerialized at different
 stages give two-level recomputation, which no checkpoint set expresses. On
 MobileNet at eq. (10)'s cap the best checkpoint set the search of
 :mod:`~remat.strategies.checkpoint_search` finds fits 905 samples in 16 GB; this
-family reaches 1234, the memory bound. On ResNet50 it goes from 553 to about 800.
+family reaches 1234, the memory bound, in about 10 s more. On ResNet50 150 s of
+it go from the checkpoint search's 553 to 687 (both measured at commit cc04960
+with ``benchmarks/solve_reference_graphs.py --max-batch-only``).
 
 :func:`least_peak_materialization` minimises the peak by iterated local search:
 a climb changes one value's choice at a time, trying first only the values live
@@ -40,11 +42,12 @@ import numpy as np
 
 from remat.graph import DFGraph
 from remat.schedule import Schedule, Simulation, simulate
-from remat.strategies.checkpoint_search import PATIENCE
 from remat.strategies.recompute import solve_min_r
 
 KEEP, RECOMPUTE = -1, -2
+# Stage moves double in reach: a good stage is often a whole residual block (tens of stages) away.
 SHIFTS = (1, 2, 4, 8, 16, 32)
+PATIENCE = 20  # kicks in a row without improvement; on MobileNet the bound comes in the first climb
 Score = tuple[float, int, float]
 Scorer = Callable[[np.ndarray], tuple[Score, np.ndarray]]
 
@@ -64,6 +67,8 @@ def materialization_s(graph: DFGraph, when: np.ndarray) -> np.ndarray:
     every checkpoint-set schedule; forward values as the module docstring says.
     """
     L, n = graph.loss, graph.n
+    if len(when) != L:
+        raise ValueError(f"need one choice per forward value ({L}), got {len(when)}")
     last, last_forward = _intervals(graph)
     ids = np.arange(n)
     t = ids[:, None]
@@ -77,7 +82,11 @@ def materialization_s(graph: DFGraph, when: np.ndarray) -> np.ndarray:
 
 
 def materialization_of(graph: DFGraph, S: np.ndarray) -> np.ndarray:
-    """The choices whose :func:`materialization_s` is ``S``, for any S of that form (e.g. a checkpoint set's)."""
+    """The choices whose :func:`materialization_s` is ``S``, for any S of that form (e.g. a checkpoint set's).
+
+    Any other S is read approximately (each value's first backward residency), so
+    its choices may score differently from the schedule it came from.
+    """
     last, _ = _intervals(graph)
     when = np.full(graph.loss, RECOMPUTE, dtype=np.int64)
     for v in range(graph.loss):
@@ -107,51 +116,52 @@ def materialization_moves(graph: DFGraph, when: np.ndarray, v: int, last: np.nda
 
 
 def peak_score(graph: DFGraph, cost_limit: float) -> Scorer:
-    """(peak, stages at the peak, cost) of the choices' schedule, infinite above ``cost_limit``; and the hot stages.
+    """(peak, stages at the peak, cost) of the choices' schedule, infinite above ``cost_limit``; and the values live
+    (kept or computed) at a stage where memory peaks, the only ones whose change can lower the peak.
 
     Cached on the choices, since the climbs revisit them.
     """
     @functools.cache
     def cached(key: bytes) -> tuple[Score, np.ndarray]:
-        sim = simulate(graph, _schedule(graph, np.frombuffer(key, dtype=np.int64)), plan=False)
+        schedule = _schedule(graph, np.frombuffer(key, dtype=np.int64))
+        sim = simulate(graph, schedule, plan=False)
         if not (sim.valid and sim.cost <= cost_limit):
             return (np.inf, 0, np.inf), np.zeros(0, np.int64)
         stage_peak = sim.memory.max(axis=1)
-        hot = np.flatnonzero(stage_peak >= sim.peak_memory * (1 - 1e-9))
-        return (float(sim.peak_memory), len(hot), float(sim.cost)), hot
+        # Equal peaks from different stages can differ in the last bits of their float sums.
+        hot = stage_peak >= sim.peak_memory * (1 - 1e-9)
+        live = (schedule.S[hot] | schedule.R[hot]).any(axis=0)[: graph.loss]
+        return (float(sim.peak_memory), int(hot.sum()), float(sim.cost)), np.flatnonzero(live)
 
     return lambda when: cached(np.asarray(when, dtype=np.int64).tobytes())
-
-
-def _live_forward_values(graph: DFGraph, when: np.ndarray, stages: np.ndarray) -> np.ndarray:
-    S = materialization_s(graph, when)
-    R = solve_min_r(graph, S)
-    return np.flatnonzero((S[stages] | R[stages]).any(axis=0)[: graph.loss])
 
 
 def climb_materialization(graph: DFGraph, when: np.ndarray, score: Scorer, rng: np.random.Generator,
                           deadline: float | None = None) -> tuple[np.ndarray, Score]:
     """First-improvement hill climbing over the choices, minimising ``score`` (module docstring).
 
-    Values are tried in an order drawn from ``rng``: first those live at a hot
-    stage, then, if none of their moves helps, all of them; the climb ends where
-    no single change improves, or at ``deadline`` (a ``time.perf_counter()`` value).
+    Values are tried in an order drawn from ``rng``: first those live at a stage
+    where memory peaks, then, if none of their moves helps, all of them; the
+    climb ends where no single change improves, or at ``deadline`` (a
+    ``time.perf_counter()`` value), checked before each value.
     """
     last, _ = _intervals(graph)
-    best, hot = score(when)
+    best, live = score(when)
     if not np.isfinite(best[0]):
         return when, best
     wide = False
-    while deadline is None or time.perf_counter() < deadline:
-        values = np.arange(graph.loss) if wide else _live_forward_values(graph, when, hot)
+    while True:
+        values = np.arange(graph.loss) if wide else live
         improved = False
         for v in rng.permutation(values):
+            if deadline is not None and time.perf_counter() > deadline:
+                return when, best  # a pass over every value takes ~20 s on ResNet50: stop mid-pass
             for option in materialization_moves(graph, when, int(v), last):
                 trial = when.copy()
                 trial[v] = option
-                found, found_hot = score(trial)
+                found, found_live = score(trial)
                 if found < best:
-                    when, best, hot, improved = trial, found, found_hot, True
+                    when, best, live, improved = trial, found, found_live, True
                     break
             if improved:
                 break
@@ -207,5 +217,6 @@ def least_peak_materialization(graph: DFGraph, cost_limit: float, start: Schedul
 
 
 def _schedule(graph: DFGraph, when: np.ndarray) -> Schedule:
+    """The choices' schedule: their S and the least R for it (App. B.1)."""
     S = materialization_s(graph, when)
     return Schedule(solve_min_r(graph, S), S)
