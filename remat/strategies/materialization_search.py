@@ -19,9 +19,10 @@ schedule of the MILP's space. A segment's values rematerialized at different
 stages give two-level recomputation, which no checkpoint set expresses. On
 MobileNet at eq. (10)'s cap the best checkpoint set the search of
 :mod:`~remat.strategies.checkpoint_search` finds fits 905 samples in 16 GB; this
-family reaches 1234, the memory bound, in about 10 s more. On ResNet50 150 s of
-it go from the checkpoint search's 553 to 687 (both measured at commit cc04960
-with ``benchmarks/solve_reference_graphs.py --max-batch-only``).
+family reaches 1234, the memory bound, in about 10 s more (commit cc04960). On
+ResNet50 it goes from the checkpoint search's 553 to 687 in 150 s (cc04960) and
+to 766 in 300 s (b7d656f); both measured with
+``benchmarks/solve_reference_graphs.py --max-batch-only``.
 
 :func:`least_peak_materialization` minimises the peak by iterated local search:
 a climb changes one value's choice at a time, trying first only the values live
