@@ -237,10 +237,8 @@ def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
     B = best[1] if best else 1
     scaled = graph.with_batch_size(B)
     climbed = least_peak_checkpoint_set(scaled, allowed_cost(scaled), climb_time)
-    if climbed is not None and qualifies(graph, climbed[0], budget, B):
-        reach = largest_batch_for(graph, climbed[0], budget, B, hi_bound)
-        if reach > (best[1] if best else 0):
-            best = ("checkpoint_local_search", reach, climbed[0])
+    if climbed is not None:
+        best = _fitting_more(graph, budget, B, hi_bound, best, "checkpoint_local_search", climbed[0])
     left = _tighter(MATERIALIZE_SECONDS, None if deadline is None else deadline - time.perf_counter())
     if climbed is None or best is None or best[1] >= hi_bound or left <= 0:
         return best
@@ -248,11 +246,18 @@ def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
     scaled = graph.with_batch_size(B)
     found = least_peak_materialization(scaled, allowed_cost(scaled), climbed[0], left,
                                        good_enough=lambda s: qualifies(graph, s, budget, hi_bound))
-    if found is not None and qualifies(graph, found[0], budget, B):
-        reach = largest_batch_for(graph, found[0], budget, B, hi_bound)
-        if reach > best[1]:
-            best = ("materialization_local_search", reach, found[0])
+    if found is not None:
+        best = _fitting_more(graph, budget, B, hi_bound, best, "materialization_local_search", found[0])
     return best
+
+
+def _fitting_more(graph: DFGraph, budget: float, B: int, hi_bound: int, best: tuple[str, int, Schedule] | None,
+                  name: str, schedule: Schedule) -> tuple[str, int, Schedule] | None:
+    """``(name, reach, schedule)`` if ``schedule`` fits at ``B`` and its reach beats ``best``'s; else ``best``."""
+    if not qualifies(graph, schedule, budget, B):
+        return best
+    reach = largest_batch_for(graph, schedule, budget, B, hi_bound)
+    return (name, reach, schedule) if reach > (best[1] if best else 0) else best
 
 
 def _tighter(limit: float | None, other: float | None) -> float | None:
