@@ -15,8 +15,10 @@ being one run of the strategy.
 For the MILP the search starts from the best fast heuristic's own maximum batch,
 or from a schedule found by local search if that fits more: a checkpoint set,
 then rematerialization stages chosen freely from it (each schedule is a point
-of the MILP's space; together the two take up to 450 s). ``time_limit`` bounds each probe
-and ``total_time_limit`` the search; an open search reports status ``time_limit``.
+of the MILP's space; together the two take up to 450 s). Above the seed, window MILPs of the
+resident-set relaxation (:mod:`remat.strategies.peak_bound`, HiGHS) bisect for the least B they
+prove infeasible, which replaces the memory bound as the top of the search. ``time_limit``
+bounds each probe and ``total_time_limit`` the search; an open search reports status ``time_limit``.
 
 ``method="milp"`` (the MILP only) is the paper's own single model, with B an
 integer variable (:mod:`remat.strategies.maxbatch_model`).
@@ -40,6 +42,7 @@ from remat.strategies.checkpoint_search import least_peak_checkpoint_set
 from remat.strategies.frontier import solve_frontier_lazily
 from remat.strategies.ilp import build_checkmate_milp, check_budget, memory_lower_bound
 from remat.strategies.materialization_search import least_peak_materialization
+from remat.strategies.peak_bound import smallest_batch_ruled_out
 from remat.strategies.rounding import DEFAULT_THRESHOLDS, rounded_schedule
 
 
@@ -371,6 +374,13 @@ def max_batch_size(
         if seed is not None:
             name, B, schedule = seed
             note(B, "feasible", schedule, t0, heuristic=name)
+        if best[0] < hi_bound and not out_of_time():
+            t0 = time.perf_counter()
+            ruled_out = smallest_batch_ruled_out(graph, budget, best[0], hi_bound, allowed_cost,
+                                                 None if total_time_limit is None else start + total_time_limit)
+            if ruled_out is not None:
+                note(ruled_out, "infeasible", None, t0, proof="resident_set_relaxation")
+                hi_bound = ruled_out - 1
     if hi_bound >= 1:
         # Gallop and end on the memory bound itself: when it is tight (MobileNet at 16 GB) the answer
         # is then proved at once, with no bisection over near-infeasible, slow probes.
