@@ -164,6 +164,7 @@ def test_a_total_time_limit_ends_the_search_with_the_bracket_it_reached():
     assert cut.max_batch == cut.probes[0]["fits_up_to"] < full.max_batch and not cut.exact
     # Nothing above was probed, so only the memory bound limits the answer from above.
     assert f"[{cut.max_batch}, {batch_upper_bound(g, 1000)}]" in cut.message and "total time limit" in cut.message
+    assert cut.smallest_infeasible == batch_upper_bound(g, 1000) + 1  # the memory bound is a proof too
     roomy = max_batch_size(g, 1000, total_time_limit=600)
     assert roomy.exact and roomy.max_batch == full.max_batch and not roomy.out_of_time
 

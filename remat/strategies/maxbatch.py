@@ -52,7 +52,8 @@ class MaxBatchResult:
     method: str
     budget: float
     max_batch: int  # largest B known feasible (0: none)
-    smallest_infeasible: int | None  # smallest B proved (or, for heuristics, found) infeasible; None if unknown
+    # Smallest B proved (for heuristics, found) infeasible: a probe, a relaxation or the memory bound; None if unknown.
+    smallest_infeasible: int | None
     solve_time: float
     schedule: Schedule | None = None
     probes: list[dict[str, Any]] = field(default_factory=list)
@@ -404,6 +405,4 @@ def max_batch_size(
         message = f"no batch size B >= 1 fits {budget:.6g} bytes within one extra forward pass"
     else:
         message = ""
-    proved_infeasible = infeasible if hi == infeasible else None
-    return MaxBatchResult(strategy, "search", budget, best[0], proved_infeasible, elapsed, best[1], probes, message,
-                          stopped)
+    return MaxBatchResult(strategy, "search", budget, best[0], infeasible, elapsed, best[1], probes, message, stopped)

@@ -35,10 +35,11 @@ most the least peak, and a window whose MILP has no point with ``P`` within a
 budget proves that no schedule within the cost limit fits the budget.
 
 On ResNet50 at eq. (10)'s cap the LP over all stages gives 15.69 MB per sample
-against the memory bound's 14.45 MB (16 GB batch: at most 1019, not 1107); the
-MILP over any window of the last 48 backward stages is infeasible at 997
-samples per 16 GB and decides in about 2 s, where the whole MILP decides nothing
-in 500 s: windows trade the LP's time-sharing of peaks for integrality.
+against the memory bound's 14.45 MB (16 GB batch: at most 1019, not 1107, in
+127 s). The MILP over the loss and the last 48 backward stages has no point at
+997 samples per 16 GB and proves it in about 2 s, where the MILP over every
+backward stage decides nothing in 500 s even at 831: a window keeps
+integrality, which the LP trades away by time-sharing peaks.
 """
 
 from __future__ import annotations
