@@ -383,8 +383,8 @@ def max_batch_size(
                 note(ruled_out, "infeasible", None, t0, proof="resident_set_relaxation")
                 hi_bound = ruled_out - 1
     if hi_bound >= 1:
-        # Gallop and end on the memory bound itself: when it is tight (MobileNet at 16 GB) the answer
-        # is then proved at once, with no bisection over near-infeasible, slow probes.
+        # Gallop and end on the top (the memory bound, or the relaxation's): when it is tight (MobileNet at
+        # 16 GB) the answer is then proved at once, with no bisection over near-infeasible, slow probes.
         # The first probe always runs, so that even a spent time limit answers with something.
         B = min(2 * best[0], hi_bound) if best[0] else 1
         while best[0] < hi_bound and not (probes and out_of_time()) and probe(B) == "feasible":

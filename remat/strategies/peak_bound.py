@@ -115,8 +115,7 @@ def build_resident_set_relaxation(graph: DFGraph, cost_limit: float,
     lb, ub = np.zeros(N), np.ones(N)
     ub[P] = np.inf
     lb[L[np.arange(K), tau]] = 1.0
-    at = np.searchsorted(tau, dst)  # the k whose node tau_k reads each edge, where tau_k = dst
-    reads = (at < K) & (tau[np.minimum(at, K - 1)] == dst)
+    at, reads = _period_of(tau, dst)
     lb[L[at[reads], src[reads]]] = 1.0
     integrality = np.ones(N, bool)
     integrality[P] = False
@@ -142,6 +141,12 @@ def build_resident_set_relaxation(graph: DFGraph, cost_limit: float,
     return ResidentSetRelaxation(graph, tau, problem, L, Rc, memory_scale)
 
 
+def _period_of(tau: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each node, the first k with ``tau_k >= node`` (``K`` if none), and whether ``tau_k == node``."""
+    at = np.searchsorted(tau, node)
+    return at, (at < tau.size) & (tau[np.minimum(at, tau.size - 1)] == node)
+
+
 def relaxation_point(relaxation: ResidentSetRelaxation, schedule: Schedule) -> np.ndarray:
     """The relaxation's vector for a frontier-advancing ``schedule`` (the map of the module docstring)."""
     graph, tau = relaxation.graph, relaxation.stages
@@ -150,8 +155,7 @@ def relaxation_point(relaxation: ResidentSetRelaxation, schedule: Schedule) -> n
     after = tau + 1 < n
     resident[after] = schedule.S[tau[after] + 1]
     resident[np.arange(K), tau] = True
-    at = np.searchsorted(tau, graph.edges[:, 1])
-    reads = (at < K) & (tau[np.minimum(at, K - 1)] == graph.edges[:, 1])
+    at, reads = _period_of(tau, graph.edges[:, 1])
     resident[at[reads], graph.edges[reads, 0]] = True
     computed = np.zeros((K, n), bool)
     counts = np.vstack([np.zeros((1, n), np.int64), np.cumsum(schedule.R, axis=0)])  # counts[t]: rows < t
