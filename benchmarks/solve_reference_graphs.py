@@ -79,6 +79,7 @@ ABLATIONS = {
     "no_rins": {"local_search": False},  # no RINS local search before branch and bound
     "no_race": {"race_with": None},  # one exact engine even with --threads 2
     "serial": {"threads": 1},  # one engine on one thread
+    "no_free_once": {"free_once": False},  # without the inequality that frees a value at most once per stage
 }
 
 

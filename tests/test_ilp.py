@@ -126,3 +126,60 @@ def test_frontier_relaxation_bounds_the_optimum(graph):
         full_milp, full_lp = solve_lp_relaxation(graph, budget, free_formulation="tight")
         assert lp.status == "optimal"
         assert relax.cost(lp.objective) <= full_milp.cost(full_lp.objective) + 1e-6 <= bf.solve(budget)[0] + 2e-6
+
+
+def _random_schedules(graph, count, seed):
+    """Valid frontier-advancing schedules with random checkpoints (the least R for each random S)."""
+    from remat.schedule import Schedule
+    from remat.strategies.recompute import solve_min_r
+
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        S = np.tril(rng.random((graph.n, graph.n)) < rng.uniform(0.1, 0.7), -1)
+        yield Schedule(solve_min_r(graph, S), S)
+
+
+@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
+def test_free_once_rows_hold_for_every_schedule(graph):
+    # Valid for (9): every schedule's exact vector (Free by eq. 5) satisfies the full model and the relaxation.
+    from remat.schedule import simulate
+
+    for schedule in _random_schedules(graph, 12, graph.n):
+        assert simulate(graph, schedule, plan=False).valid
+        budget = simulate(graph, schedule, plan=False).peak_memory
+        for frontier in (False, True):
+            milp = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=frontier,
+                                        free_once=True)
+            activity = milp.problem.A @ milp.vector(schedule)
+            assert np.all(activity >= milp.problem.row_lb - 1e-7) and np.all(activity <= milp.problem.row_ub + 1e-7)
+
+
+@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
+def test_free_once_keeps_the_optimum(graph):
+    from remat.solvers.base import SolverOptions, solve_milp
+
+    bf = BruteForce(graph)
+    for budget in budgets(bf)[:3]:
+        milp = build_checkmate_milp(graph, budget, free_formulation="tight", free_once=True)
+        out = solve_milp(milp.problem, "highs", SolverOptions(mip_gap=0))
+        assert out.status == "optimal"
+        assert milp.cost(out.objective) == pytest.approx(bf.solve(budget)[0])
+
+
+def test_free_once_tightens_the_lp():
+    # Without the rows the LP frees one value after each of several readers: bytes that were never allocated.
+    from remat.solvers.base import solve_milp
+
+    stronger = 0
+    for graph in GRAPHS:
+        bf = BruteForce(graph)
+        for budget in budgets(bf)[:2]:
+            bounds = []
+            for free_once in (False, True):
+                relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
+                                             free_once=free_once)
+                lp = solve_milp(relax.problem.relaxed())
+                bounds.append(relax.cost(lp.objective) if lp.status == "optimal" else np.inf)
+            assert bounds[0] <= bounds[1] + 1e-7 and bounds[1] <= bf.solve(budget)[0] + 1e-6
+            stronger += bounds[1] > bounds[0] + 1e-6
+    assert stronger >= 3

@@ -67,6 +67,7 @@ def solve_frontier_lazily(
     feasibility: bool = False,
     restart: bool = False,
     neighbourhood: tuple[Schedule, np.ndarray, np.ndarray] | None = None,
+    free_once: bool = True,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 
@@ -83,7 +84,10 @@ def solve_frontier_lazily(
     ``neighbourhood=(centre, free_R, free_S)`` fixes R and S to ``centre``'s
     values outside the free masks (:mod:`remat.strategies.local_search`): the
     answer is then optimal only within that neighbourhood, and its bounds are
-    not bounds on (9).
+    not bounds on (9). ``free_once`` adds the valid inequality of
+    :func:`~remat.strategies.ilp.build_checkmate_milp` that frees a value at most
+    once per stage (the relaxation's LP is otherwise free to release memory never
+    allocated).
     """
     start = time.perf_counter()
     best = LazyOutcome("time_limit")
@@ -111,7 +115,7 @@ def solve_frontier_lazily(
             break
         rounds += 1
         relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
-                                     extra_steps=steps, cost_bound=cost_bound)
+                                     extra_steps=steps, cost_bound=cost_bound, free_once=free_once)
         if feasibility:
             relax.problem.c[:] = 0.0
         if neighbourhood is not None:

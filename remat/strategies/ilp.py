@@ -98,6 +98,7 @@ def build_checkmate_milp(
     cost_bound: float | None = None,
     frontier_relaxation: bool = False,
     extra_steps: np.ndarray | None = None,
+    free_once: bool = False,
 ) -> CheckmateMilp:
     """Build problem (9) (or, with ``partitioned=False``, eqs. 1a-1f with memory).
 
@@ -118,6 +119,9 @@ def build_checkmate_milp(
     (pairs ``(t, k)``, ``k < t``) enforce the budget at those steps too, as the
     sum of eqs. (2)-(4) up to ``k``: still a relaxation, tightened where a
     relaxed schedule broke the budget (:mod:`remat.strategies.frontier`).
+
+    ``free_once`` adds the valid inequality ``sum_k Free[t,(i,k)] <= R[t,i] +
+    S[t,i]`` (:func:`_add_free_once_rows`).
     """
     start = time.perf_counter()
     if frontier_relaxation and not partitioned:
@@ -179,6 +183,8 @@ def build_checkmate_milp(
         for t in range(1, T):
             rows.add_pairs(ids, R[t, sinks], 1.0)
     _add_free_rows(rows, graph, R, S, F, free_formulation, lower=not frontier_relaxation)
+    if free_once:
+        _add_free_once_rows(rows, graph, R, S, F)
     if frontier_relaxation:
         room = (budget - graph.constant_memory) / memory_scale
         steps = np.stack([np.arange(T), np.arange(T)], axis=1)
@@ -237,6 +243,24 @@ def _add_free_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarra
         has_s = s_next >= 0
         rows.add([(free[has_s], 1.0), (s_next[has_s], 1.0)], -np.inf, 1.0)
         rows.add([(free[rep], 1.0), (later, 1.0)], -np.inf, 1.0)
+
+
+def _add_free_once_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, F: np.ndarray) -> None:
+    """``sum_k Free[t,(i,k)] <= R[t,i] + S[t,i]``: a value is freed at most once in a stage, and only if present.
+
+    Valid for every schedule: by eq. (5) only the last reader of ``i`` computed in
+    stage ``t`` can free it, and a reader needs ``i`` computed or checkpointed
+    (eq. 1b). The LP relaxation lacks it: there Free of one value after several
+    readers, each within (7c), can sum to more than the value's memory, so eqs.
+    (2)-(4) release bytes that were never allocated.
+    """
+    src = graph.edges[:, 0]
+    tf, ef = np.nonzero(F >= 0)
+    n = R.shape[1]
+    pairs, inverse = np.unique(tf * n + src[ef], return_inverse=True)
+    ti, ii = pairs // n, pairs % n
+    ids = rows.add([(R[ti, ii], -1.0), (S[ti, ii], -1.0)], -np.inf, 0.0)
+    rows.add_pairs(ids[inverse], F[tf, ef], 1.0)
 
 
 def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, U: np.ndarray,

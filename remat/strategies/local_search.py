@@ -42,14 +42,15 @@ def rins_neighbourhood(lp_R: np.ndarray, lp_S: np.ndarray, centre: Schedule,
 
 
 def improve_in_neighbourhood(graph: DFGraph, budget: float, neighbourhood: tuple[Schedule, np.ndarray, np.ndarray],
-                             options: SolverOptions, backend: str = "highs") -> LazyOutcome:
+                             options: SolverOptions, backend: str = "highs", free_once: bool = True) -> LazyOutcome:
     """The best valid schedule that agrees with ``neighbourhood[0]`` outside its free masks.
 
     Starts from that centre, so the answer is never worse; ``status`` is
     ``optimal`` when the neighbourhood was searched to the end.
     """
     centre = neighbourhood[0]
-    return solve_frontier_lazily(graph, budget, options, backend, warm_start=centre, neighbourhood=neighbourhood)
+    return solve_frontier_lazily(graph, budget, options, backend, warm_start=centre, neighbourhood=neighbourhood,
+                                 free_once=free_once)
 
 
 def search_near_schedules(
@@ -61,6 +62,7 @@ def search_near_schedules(
     options: SolverOptions,
     on_schedule: Callable[[Schedule, float], None],
     backend: str = "highs",
+    free_once: bool = True,
 ) -> int:
     """RINS from each distinct schedule, then one crossover of the two best results (module docstring).
 
@@ -80,7 +82,7 @@ def search_near_schedules(
             return False
         sub = SolverOptions(left, options.mip_gap, options.threads, options.verbose, stop=options.stop,
                             extra=dict(options.extra))
-        found = improve_in_neighbourhood(graph, budget, neighbourhood, sub, backend)
+        found = improve_in_neighbourhood(graph, budget, neighbourhood, sub, backend, free_once)
         searched += 1
         if found.schedule is not None:
             results.append((found.cost, found.schedule))

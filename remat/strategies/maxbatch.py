@@ -143,7 +143,8 @@ def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, t
         return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
 
     cap = allowed_cost(graph)
-    relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True)
+    relax = build_checkmate_milp(graph, budget, free_formulation="tight", cost_bound=cap, frontier_relaxation=True,
+                                 free_once=True)
     lp = solve_milp(relax.problem.relaxed(), "highs", SolverOptions(time_limit=left(), threads=threads))
     if lp.status == "infeasible":
         return "infeasible", None
