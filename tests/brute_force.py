@@ -5,9 +5,12 @@ resident set S[t+1], the only sensible R[t] is the closure of {t} and the new
 checkpoints under "inputs that are not resident must be computed": every valid R
 contains it, and computing more only adds cost and memory. So an exact optimum is
 a shortest path over resident sets, with each stage's peak checked against the
-budget. S[t+1] ranges over subsets of the values that still have a reader at or
-after stage t+1 (keeping a dead value only adds memory). Written independently of
-remat.schedule so it can catch errors there.
+budget. S[t+1] ranges over subsets of the values that a later stage may still
+read: a value whose own readers all have ids <= t is still read when one of them
+is recomputed for a descendant that a node after t needs, so a value is dead only
+when no descendant (itself included) has a reader after t; keeping a dead value
+only adds memory. Written independently of remat.schedule so it can catch errors
+there.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class BruteForce:
         self.C = [float(c) for c in graph.cost]
         self.const = float(graph.constant_memory)
         self.last_use = [max(u, default=-1) for u in self.users]
+        # The last stage that may read each value: its own readers', or any descendant's (recomputed there).
+        self.last_need = list(self.last_use)
+        for i in range(self.n - 1, -1, -1):
+            self.last_need[i] = max([self.last_use[i]] + [self.last_need[j] for j in self.users[i]])
 
     @cache  # noqa: B019 - one oracle per test, freed with it
     def stage(self, t: int, resident: int, keep: int) -> tuple[float, float, int]:
@@ -52,8 +59,8 @@ class BruteForce:
         return cost, peak, R
 
     def candidates(self, t: int) -> list[int]:
-        """Subsets of values computed by stage t that a node after stage t still reads."""
-        useful = [i for i in range(t + 1) if self.last_use[i] > t]
+        """Subsets of values computed by stage t that a stage after t may still read (directly or to recompute)."""
+        useful = [i for i in range(t + 1) if self.last_need[i] > t]
         out = []
         for mask in range(1 << len(useful)):
             out.append(sum(1 << useful[b] for b in range(len(useful)) if mask >> b & 1))
