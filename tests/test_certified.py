@@ -78,3 +78,37 @@ def test_checkpoint_all_is_certified_when_it_fits():
     g = random_training_graph(4, 1)
     r = solve_ilp_certified(g, 1e9)
     assert r.status == Status.OPTIMAL and r.cost == g.total_cost and r.stats["incumbent_source"] == "checkpoint_all"
+
+
+def _lp_bounds(graph, budget):
+    """The frontier LP's bound without and with the freed-at-most-once rows."""
+    from remat.solvers.base import solve_milp
+    from remat.strategies.ilp import build_checkmate_milp
+
+    bounds = []
+    for free_once in (False, True):
+        relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
+                                     free_once=free_once)
+        lp = solve_milp(relax.problem.relaxed())
+        bounds.append(relax.cost(lp.objective) if lp.status == "optimal" else float("inf"))
+    return bounds
+
+
+def test_the_lp_decides_whether_models_free_each_value_at_most_once():
+    # Kept exactly where the rows lift the LP bound; the answer is the optimum either way.
+    kept = dropped = 0
+    for graph in GRAPHS + [random_training_graph(5, s) for s in (4, 5)]:
+        bf = BruteForce(graph)
+        lo = bf.min_budget()
+        for budget in (lo, lo + 2):
+            plain, tight = _lp_bounds(graph, budget)
+            result = solve_ilp_certified(graph, budget, mip_gap=0, heuristics=())
+            assert result.cost == pytest.approx(bf.solve(budget)[0])
+            if "free_once" not in result.stats or result.stats["free_once"] is None:
+                continue  # decided before the LP stage
+            assert result.stats["free_once"] == (tight > plain * (1 + 1e-4))
+            kept += result.stats["free_once"]
+            dropped += not result.stats["free_once"]
+            off = solve_ilp_certified(graph, budget, mip_gap=0, heuristics=(), free_once=False)
+            assert off.stats["free_once"] is False and off.cost == pytest.approx(result.cost)
+    assert kept >= 2 and dropped >= 2

@@ -23,12 +23,15 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
    incumbents. Last, RINS local search from every schedule found so far
    (:mod:`~remat.strategies.local_search`, a tenth of the time left at most)
    often reaches the optimum, which shortens the proof below several-fold.
-   Every model here (not the plain MILP) also says that a value is freed at
-   most once per stage and only if present (``free_once`` of
-   :func:`~remat.strategies.ilp.build_checkmate_milp`): without it the LP may
-   release one tensor's bytes after each of its readers. On SegNet at 0.5 of
-   the no-recomputation peak it lifts the frontier LP bound from 1.006 to
-   1.052 x the total cost and the proof takes 23 s instead of 371 s.
+   When the LP frees some value more than once in a stage (releasing one
+   tensor's bytes after each of its readers), the valid inequality that a
+   value is freed at most once and only if present (``free_once`` of
+   :func:`~remat.strategies.ilp.build_checkmate_milp`) is added and the LP
+   solved again; if that raises the bound, every later model keeps it. On
+   SegNet at 0.5 of the no-recomputation peak it lifts the frontier LP bound
+   from 1.006 to 1.052 x the total cost and the proof takes 29 s instead of
+   436 s; where it does not raise the LP bound its rows only slow branch and
+   bound (ResNet50's cells by 10-40 %), so they are left out there.
 4. **Branch and bound** warm-started from the best schedule so far, with the
    requested relative gap and what is left of the time limit: by default on the
    frontier relaxation, tightened lazily where its answer breaks the budget
@@ -55,7 +58,7 @@ from remat.solvers.base import SolverOptions, solve_milp
 from remat.solvers.highs import reserve_threads
 from remat.strategies.checkpoint import checkpoint_all_schedule
 from remat.strategies.frontier import solve_frontier_lazily
-from remat.strategies.ilp import build_checkmate_milp, check_budget
+from remat.strategies.ilp import build_checkmate_milp, check_budget, free_once_violation
 from remat.strategies.local_search import search_near_schedules
 from remat.strategies.result import SolveResult, Status, result_from_schedule
 from remat.strategies.rounding import DEFAULT_THRESHOLDS, rounded_schedule
@@ -65,6 +68,9 @@ DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized
 
 RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
 RINS_TARGET_SHARE = 0.5  # with a target (a max-batch probe) a schedule under it is what is sought, not a proof
+# The freed-at-most-once rows are kept when the LP breaks them by more than this and they lift its bound by more
+# than this fraction (they slow branch and bound where they do not: ResNet50's cells by 10-40 %).
+FREE_ONCE_TOLERANCE, FREE_ONCE_GAIN = 1e-6, 1e-4
 
 # Exact last-stage engines: (model, HiGHS settings). Racing two that differ only in a setting pays because
 # branch-and-bound time varies by x0.5-x2 with such settings, in no fixed direction (issue 7 notes).
@@ -93,7 +99,8 @@ class _Incumbent:
         self.on_incumbent = on_incumbent
         self.milestones: dict[str, float] = {}
         self.target: float | None = None  # stop once a schedule costs at most this, or the bound exceeds it
-        self.free_once = True  # models get the freed-at-most-once inequality (build_checkmate_milp)
+        # Whether models get the freed-at-most-once inequality (build_checkmate_milp); None: the LP decides.
+        self.free_once: bool | None = None
         self.proof = ""  # set when an engine proves that no schedule fits
         self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
         self.stop = threading.Event()
@@ -178,7 +185,7 @@ def solve_ilp_certified(
     on_incumbent: Callable[[float, float, float], None] | None = None,
     target: float | None = None,
     verbose: bool = False,
-    free_once: bool = True,
+    free_once: bool | None = None,
     **_: object,
 ) -> SolveResult:
     """Optimal rematerialization (problem 9) by the staged pipeline of the module docstring.
@@ -190,7 +197,8 @@ def solve_ilp_certified(
     (a cost) ends the solve early once a schedule costs at most it or the
     bound proves none does (the maximum-batch search's question, eq. 10).
     ``free_once`` adds to every model the valid inequality that a value is freed
-    at most once per stage (:func:`~remat.strategies.ilp.build_checkmate_milp`).
+    at most once per stage (:func:`~remat.strategies.ilp.build_checkmate_milp`)
+    or leaves it out; None (the default) lets stage 3's LP decide.
     """
     start = time.perf_counter()
     if time_limit is not None and not time_limit > 0:
@@ -251,7 +259,7 @@ def solve_ilp_certified(
                 racer.join()
         if racer is not None and failures:
             raise failures[0]
-    stats = {"milestones": inc.milestones, "incumbent_source": inc.source,
+    stats = {"milestones": inc.milestones, "incumbent_source": inc.source, "free_once": inc.free_once,
              "engines": {name: {"status": status, **more} for name, status, _, more in outcomes}}
     if inc.proof and inc.schedule is None:  # a schedule valid under simulate() outranks a numerical proof
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=inc.elapsed(), lower_bound=inc.bound,
@@ -296,7 +304,7 @@ def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iter
         options = SolverOptions(RINS_SECONDS if left is None else min(left, max(1.0, share * left)),
                                 threads=lp_options.threads, verbose=lp_options.verbose, stop=inc.stop)
         search_near_schedules(inc.graph, inc.budget, *inc.lp_solution, inc.pool(), options,
-                              lambda schedule, cost: inc.offer(schedule, "rins", cost), free_once=inc.free_once)
+                              lambda schedule, cost: inc.offer(schedule, "rins", cost), free_once=bool(inc.free_once))
 
 
 def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str,
@@ -312,12 +320,12 @@ def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str
         # Branch and bound on the frontier relaxation, tightened lazily (remat.strategies.frontier).
         lazy = solve_frontier_lazily(graph, budget, options, backend, inc.schedule,
                                      on_schedule=lambda schedule, cost: inc.offer(schedule, name, cost),
-                                     on_bound=inc.raise_bound, free_once=inc.free_once)
+                                     on_bound=inc.raise_bound, free_once=bool(inc.free_once))
         status, message, stats = lazy.status, lazy.message, {"lazy": lazy.stats}
         proof = "branch and bound on the frontier relaxation"
     else:
         # Branch and cut on (9) itself.
-        milp = build_checkmate_milp(graph, budget, free_formulation="tight", free_once=inc.free_once)
+        milp = build_checkmate_milp(graph, budget, free_formulation="tight", free_once=bool(inc.free_once))
         x0 = milp.vector(inc.schedule) if inc.schedule is not None and milp.fits(inc.schedule) else None
 
         def improving(seconds: float, objective: float, bound: float) -> None:
@@ -365,8 +373,17 @@ def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], optio
     """
     graph = inc.graph
     relax = build_checkmate_milp(graph, (1 - eps) * inc.budget, free_formulation="tight", frontier_relaxation=True,
-                                 free_once=inc.free_once)
+                                 free_once=bool(inc.free_once))
     lp = solve_milp(relax.problem.relaxed(), "highs", options)
+    if eps == 0 and inc.free_once is None:
+        inc.free_once = False
+        if lp.status == "optimal" and free_once_violation(relax, lp.x) > FREE_ONCE_TOLERANCE:
+            tight = build_checkmate_milp(graph, inc.budget, free_formulation="tight", frontier_relaxation=True,
+                                         free_once=True)
+            tight_lp = solve_milp(tight.problem.relaxed(), "highs", options)
+            if tight_lp.status == "infeasible" or (tight_lp.status == "optimal" and tight.cost(tight_lp.objective)
+                                                   > relax.cost(lp.objective) * (1 + FREE_ONCE_GAIN)):
+                inc.free_once, relax, lp = True, tight, tight_lp
     if lp.status != "optimal":
         return lp.status
     R_star, S_star = relax.fractional(lp.x)

@@ -67,7 +67,7 @@ def solve_frontier_lazily(
     feasibility: bool = False,
     restart: bool = False,
     neighbourhood: tuple[Schedule, np.ndarray, np.ndarray] | None = None,
-    free_once: bool = True,
+    free_once: bool = False,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 

@@ -263,6 +263,20 @@ def _add_free_once_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.n
     rows.add_pairs(ids[inverse], F[tf, ef], 1.0)
 
 
+def free_once_violation(milp: CheckmateMilp, x: np.ndarray) -> float:
+    """The largest ``sum_k Free[t,(i,k)] - R[t,i] - S[t,i]`` of a (fractional) solution: > 0 where it breaks the
+    inequality of :func:`_add_free_once_rows` (a value freed more than once in a stage)."""
+    src = milp.graph.edges[:, 0]
+    tf, ef = np.nonzero(milp.F >= 0)
+    if tf.size == 0:
+        return 0.0
+    n = milp.R.shape[1]
+    pairs, inverse = np.unique(tf * n + src[ef], return_inverse=True)
+    freed = np.bincount(inverse, weights=x[milp.F[tf, ef]], minlength=pairs.size)
+    R, S = milp.fractional(x)
+    return float((freed - R.ravel()[pairs] - S.ravel()[pairs]).max())
+
+
 def _add_memory_rows(rows: RowBuilder, graph: DFGraph, R: np.ndarray, S: np.ndarray, U: np.ndarray,
                      F: np.ndarray, M: np.ndarray, constant: float) -> np.ndarray:
     """Eqs. (2)-(4): U[t,0] = const + sum M S[t] + M_0 R[t,0]; U[t,k] = U[t,k-1] - freed + M_k R[t,k].

@@ -42,7 +42,7 @@ def rins_neighbourhood(lp_R: np.ndarray, lp_S: np.ndarray, centre: Schedule,
 
 
 def improve_in_neighbourhood(graph: DFGraph, budget: float, neighbourhood: tuple[Schedule, np.ndarray, np.ndarray],
-                             options: SolverOptions, backend: str = "highs", free_once: bool = True) -> LazyOutcome:
+                             options: SolverOptions, backend: str = "highs", free_once: bool = False) -> LazyOutcome:
     """The best valid schedule that agrees with ``neighbourhood[0]`` outside its free masks.
 
     Starts from that centre, so the answer is never worse; ``status`` is
@@ -62,7 +62,7 @@ def search_near_schedules(
     options: SolverOptions,
     on_schedule: Callable[[Schedule, float], None],
     backend: str = "highs",
-    free_once: bool = True,
+    free_once: bool = False,
 ) -> int:
     """RINS from each distinct schedule, then one crossover of the two best results (module docstring).
 

@@ -162,7 +162,7 @@ def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, t
     if least.status == "infeasible" or (least.lower_bound is not None and least.lower_bound > cap):
         return "infeasible", None
     lazy = solve_frontier_lazily(graph, budget, SolverOptions(time_limit=left(), threads=threads), backend,
-                                 cost_bound=cap, feasibility=True)
+                                 cost_bound=cap, feasibility=True, free_once=True)
     if lazy.schedule is not None:
         return "feasible", lazy.schedule
     return ("infeasible" if lazy.status == "infeasible" else "unknown"), None
