@@ -43,7 +43,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
     types: list[type[BaseException]] = [ValueError, MissingAPIError]
     try:
-        from remat.solvers.base import SolverError
+        from remat.solvers import SolverError
 
         types.append(SolverError)
     except ImportError:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from remat.generators import linear_chain
 from remat.graph import DFGraph
-from remat.reference import REFERENCE_GRAPHS, load_reference_graph, reference_graphs_available
+from remat.graph.reference import REFERENCE_GRAPHS, load_reference_graph, reference_graphs_available
 
 
 def benchmark_graphs(names: Sequence[str]) -> list[DFGraph]:

@@ -16,8 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DEFAULT_GRAPHS, benchmark_graphs, markdown_table  # noqa: E402
 
-from remat.strategies.checkpoint import no_recompute_peak  # noqa: E402
-from remat.strategies.ilp import build_checkmate_milp, check_budget, solve_ilp  # noqa: E402
+from remat.budget import (
+    check_budget,  # noqa: E402
+    no_recompute_peak,  # noqa: E402
+)
+from remat.milp.formulation import build_checkmate_milp  # noqa: E402
+from remat.milp.plain import solve_ilp  # noqa: E402
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
         [--max-batch | --max-batch-only]
 
 Per graph x budget (fractions of checkpoint_all's peak): the plain MILP (problem 9 on
-HiGHS, no warm start, no memory-bound shortcut) and the pipeline (remat.strategies.certified), each given the
+HiGHS, no warm start, no memory-bound shortcut) and the pipeline (remat.milp.certified), each given the
 same time limit and asked for optimality (relative gap 1e-4). Columns: plain time /
 status / objective / bound; pipeline time to first schedule, to a certified 1 % gap, to
 optimality, objective, bound; and the speed-up to optimality where both prove it.
@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import benchmark_graphs, markdown_table  # noqa: E402
 
-from remat.reference import REFERENCE_GRAPHS  # noqa: E402
-from remat.strategies import Status  # noqa: E402
-from remat.strategies.certified import solve_ilp_certified  # noqa: E402
-from remat.strategies.checkpoint import no_recompute_peak  # noqa: E402
-from remat.strategies.ilp import solve_ilp  # noqa: E402
-from remat.strategies.maxbatch import max_batch_size  # noqa: E402
+from remat.budget import no_recompute_peak  # noqa: E402
+from remat.graph.reference import REFERENCE_GRAPHS  # noqa: E402
+from remat.maxbatch.search import max_batch_size  # noqa: E402
+from remat.milp.certified import solve_ilp_certified  # noqa: E402
+from remat.milp.plain import solve_ilp  # noqa: E402
+from remat.result import Status  # noqa: E402
 
 
 def cell(graph, fraction: float, time_limit: float, skip_plain: bool, ablations: list[str], threads: int) -> dict:

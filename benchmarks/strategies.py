@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import benchmark_graphs, markdown_table  # noqa: E402
 
+from remat.budget import no_recompute_peak  # noqa: E402
 from remat.graph import GraphError  # noqa: E402
-from remat.reference import REFERENCE_GRAPHS  # noqa: E402
+from remat.graph.reference import REFERENCE_GRAPHS  # noqa: E402
+from remat.maxbatch.search import max_batch_size  # noqa: E402
 from remat.strategies import get_strategy, strategy_names  # noqa: E402
-from remat.strategies.checkpoint import no_recompute_peak  # noqa: E402
-from remat.strategies.maxbatch import max_batch_size  # noqa: E402
 
 TIMED = {"ilp", "ilp_plain", "approx_lp_deterministic", "approx_lp_randomized"}
 

@@ -6,7 +6,7 @@ fresh subprocess each (``MALLOC_MMAP_THRESHOLD_`` set so the RSS follows frees):
 
 * ``plain``: eager autograd, nothing recomputed;
 * ``ours-ilp`` / ``ours-approx``: the Checkmate MILP (time limit) and two-phase
-  LP rounding at budget ``B``, run by :class:`remat.frontends.torch_exec.ScheduleExecutor`;
+  LP rounding at budget ``B``, run by :class:`remat.torch.execute.ScheduleExecutor`;
 * ``sqrt-n``: ``torch.utils.checkpoint.checkpoint_sequential`` with ``round(sqrt(n))``
   segments (no budget knob: its ratios, like plain's, are to the ours-ilp row whose
   measured live peak is closest);
@@ -50,7 +50,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(__file__))
 from common import markdown_table  # noqa: E402
 
-from remat.frontends.torch_memory import MMAP_ENV, LiveTensorMeter, rss_peak  # noqa: E402
+from remat.torch.memory import MMAP_ENV, LiveTensorMeter, rss_peak  # noqa: E402
 
 
 def vgg16_sequential(classes: int = 10) -> nn.Sequential:
@@ -79,9 +79,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     kind = spec["kind"]
     out: dict[str, Any] = {}
     if kind.startswith("ours"):
-        from remat.frontends.torch import extract
-        from remat.frontends.torch_exec import ScheduleExecutor
         from remat.strategies import get_strategy
+        from remat.torch.execute import ScheduleExecutor
+        from remat.torch.extract import extract
 
         graph = extract(model, tuple(x.shape[1:]), x.shape[0], name="vgg16_features")
         result = get_strategy("approx_lp_deterministic")(graph, spec["budget"])
@@ -164,8 +164,8 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
-    from remat.frontends.torch import extract
-    from remat.strategies.checkpoint import no_recompute_peak
+    from remat.budget import no_recompute_peak
+    from remat.torch.extract import extract
 
     model, x, _ = build(args.batch, args.res)
     graph = extract(model, tuple(x.shape[1:]), args.batch)

@@ -86,7 +86,7 @@ def resolve_budget(spec: Any, graph: Any) -> float:
     """The budget in bytes for ``graph``; refuses budgets below the graph's constant overhead."""
     kind, value = parse_budget_spec(spec)
     if kind in ("fraction", "span"):
-        from remat.strategies.checkpoint import no_recompute_peak
+        from remat.budget import no_recompute_peak
 
         peak = no_recompute_peak(graph)
         budget = value * peak if kind == "fraction" else span_budget(graph, value, peak)
@@ -103,9 +103,9 @@ def resolve_budget(spec: Any, graph: Any) -> float:
 def span_budget(graph: Any, f: float, peak: float) -> float:
     """``lb + f (peak - lb)`` with ``lb`` the memory needed to compute the hungriest node (a hard lower bound)."""
     try:
-        from remat.strategies.ilp import memory_lower_bound
+        from remat.budget import memory_lower_bound
     except ImportError:
-        raise MissingAPIError("span: budgets need remat.strategies.ilp.memory_lower_bound (not there yet)") from None
+        raise MissingAPIError("span: budgets need remat.budget.memory_lower_bound (not there yet)") from None
     lower, _ = memory_lower_bound(graph)
     return float(round(lower + f * (peak - lower)))
 

@@ -34,7 +34,7 @@ def load_spec(spec: str, cost_model: str = "flops", frontend: str = "torch",
     spec = str(spec)
     if spec.startswith("model:"):
         return model_graph(model_config(spec.split(":", 1)[1]), cost_model, frontend, results_dir)
-    from remat.reference import resolve_graph
+    from remat.graph.reference import resolve_graph
 
     return resolve_graph(spec)
 
@@ -59,7 +59,7 @@ def model_graph(model: dict[str, Any], cost_model: str, frontend: str = "torch",
                 f"model {name!r} has no reference graph with profiled costs: use cost_model=flops or "
                 f"cost_model=profile (reference costs exist for vgg16, vgg19, mobilenet, resnet50, fcn8, segnet, unet)"
             )
-        from remat.reference import load_reference_graph
+        from remat.graph.reference import load_reference_graph
 
         return load_reference_graph(ref)
     if cost_model == "profile":
@@ -101,10 +101,10 @@ def _torch_graph(model: dict[str, Any], cost_model: str) -> Any:
             "remat.models.get_model is not available yet (model zoo, issue 4): use graph=<reference name or path>"
         ) from None
     try:
-        from remat.frontends.torch import extract
+        from remat.torch.extract import extract
     except ImportError:
         raise MissingAPIError(
-            "remat.frontends.torch.extract is not available yet (PyTorch front end, issue 4): "
+            "remat.torch.extract.extract is not available yet (PyTorch front end, issue 4): "
             "use graph=<reference name or path>"
         ) from None
     h, w = _resolution(model)
@@ -118,10 +118,10 @@ def _torch_graph(model: dict[str, Any], cost_model: str) -> Any:
 
 def _keras_graph(model: dict[str, Any], cost_model: str) -> Any:
     try:
-        from remat.frontends.keras import extract_zoo_model
+        from remat.keras.extract import extract_zoo_model
     except ImportError as exc:
         raise MissingAPIError(
-            f"remat.frontends.keras.extract_zoo_model is not available ({exc}); it needs the keras extra "
+            f"remat.keras.extract_zoo_model is not available ({exc}); it needs the keras extra "
             f"(pip install -e '.[keras]') and the Keras front end (issue 8): use frontend=torch"
         ) from None
     h, w = _resolution(model)

@@ -21,9 +21,9 @@ COLUMNS = ["layers", "n_nodes", "budget", "variant", "ilp_status", "ilp_cost", "
 
 def main(cfg: Any, output_dir: Path) -> Path:
     try:
-        from remat.strategies.ilp import solve_ilp, solve_lp_relaxation
+        from remat.milp.plain import solve_ilp, solve_lp_relaxation
     except ImportError:
-        raise MissingAPIError("integrality_gap needs remat.strategies.ilp.solve_ilp(..., partitioned=) and "
+        raise MissingAPIError("integrality_gap needs remat.milp.plain.solve_ilp(..., partitioned=) and "
                               "solve_lp_relaxation(graph, budget, partitioned)") from None
     from tqdm import tqdm
 

@@ -2,7 +2,7 @@
 
 A batch size counts when the strategy's schedule fits the memory with at most one
 extra forward pass of cost (eq. 10). The search itself is the library's
-``remat.strategies.maxbatch.max_batch_size(graph, budget, strategy, ...)``.
+``remat.maxbatch.search.max_batch_size(graph, budget, strategy, ...)``.
 Figure: ``python -m analysis fig6``.
 """
 
@@ -53,9 +53,9 @@ def main(cfg: Any, output_dir: Path) -> Path:
     from tqdm import tqdm
 
     try:
-        from remat.strategies.maxbatch import max_batch_size
+        from remat.maxbatch.search import max_batch_size
     except ImportError:
-        raise MissingAPIError("max_batch needs remat.strategies.maxbatch.max_batch_size(graph, budget, strategy, ...)"
+        raise MissingAPIError("max_batch needs remat.maxbatch.search.max_batch_size(graph, budget, strategy, ...)"
                               " (the lead's max-batch search), which is not available yet") from None
     grid = settings(cfg)
     graphs, strategies = names(grid.get("graphs")), names(grid.get("strategies"))

@@ -66,9 +66,9 @@ def main(cfg: Any, output_dir: Path) -> Path:
 
 def _unbounded_checkpoint_all(graph: Any, budget: float) -> Any:
     """Checkpoint-all's schedule even over the budget: Fig. 1's no-rematerialization reference curve."""
+    from remat.baselines.checkpoint import checkpoint_all_schedule
+    from remat.result import SolveResult, Status
     from remat.schedule import simulate
-    from remat.strategies.checkpoint import checkpoint_all_schedule
-    from remat.strategies.result import SolveResult, Status
 
     schedule = checkpoint_all_schedule(graph)
     return SolveResult("checkpoint_all", Status.INFEASIBLE, budget, schedule, simulate(graph, schedule),

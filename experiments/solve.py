@@ -130,9 +130,9 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 def _trainer() -> Any:
     try:
-        from remat.frontends.torch_exec import train
+        from remat.torch.execute import train
     except ImportError as exc:
-        raise MissingAPIError(f"train.steps > 0 needs remat.frontends.torch_exec ({exc})") from None
+        raise MissingAPIError(f"train.steps > 0 needs remat.torch.execute ({exc})") from None
     return train
 
 

@@ -128,7 +128,7 @@ def solve_cell(graph: Any, name: str, budget: float, solver: dict[str, Any] | No
 def result_row(graph: Any, result: Any, *, budget_spec: Any, solver: dict[str, Any] | None, seed: Any,
                context: dict[str, Any]) -> dict[str, Any]:
     """A tidy row for a SolveResult; ``context`` adds experiment/model/platform fields."""
-    from remat.strategies.checkpoint import no_recompute_peak
+    from remat.budget import no_recompute_peak
 
     name = result.strategy
     solver_used = bool(solver) and name in SOLVER_STRATEGIES

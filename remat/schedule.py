@@ -18,7 +18,7 @@ Memory follows eqs. (2)-(5) with §4.8's elimination of ``Free[t,k,k]``:
 So a value is freed right after its last reader in a stage unless it is
 checkpointed into the next stage; a value with no reader in the stage (an unused
 checkpoint, the stage's newest node) is held to the stage's end. The MILP of
-:mod:`remat.strategies.ilp` encodes exactly this recurrence, and tests assert
+:mod:`remat.milp.formulation` encodes exactly this recurrence, and tests assert
 that its U variables equal :func:`simulate`'s.
 """
 

@@ -8,19 +8,19 @@ import math
 import numpy as np
 import pytest
 
-from remat.generators import linear_chain, random_dag, random_training_graph
-from remat.graph import DFGraph, GraphError
-from remat.reference import load_reference_graph, reference_graphs_available
-from remat.schedule import simulate
-from remat.strategies import get_strategy
-from remat.strategies.baselines import (
+from remat.baselines.checkpoint_sets import (
     articulation_candidates,
     checkpoint_set_schedule,
     greedy_checkpoints,
     sqrtn_checkpoints,
 )
-from remat.strategies.checkpoint import no_recompute_peak
-from remat.strategies.result import Status
+from remat.budget import no_recompute_peak
+from remat.generators import linear_chain, random_dag, random_training_graph
+from remat.graph import DFGraph, GraphError
+from remat.graph.reference import load_reference_graph, reference_graphs_available
+from remat.result import Status
+from remat.schedule import simulate
+from remat.strategies import get_strategy
 
 BASELINES = [
     "chen_sqrtn",

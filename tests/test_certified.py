@@ -3,17 +3,18 @@
 import pytest
 from brute_force import BruteForce
 
+from remat.budget import memory_lower_bound, no_recompute_peak
 from remat.generators import linear_chain, random_dag, random_training_graph
+from remat.milp.certified import solve_ilp_certified
+from remat.milp.plain import solve_ilp
+from remat.result import Status
 from remat.schedule import simulate
-from remat.strategies import Status, get_strategy
-from remat.strategies.certified import solve_ilp_certified
-from remat.strategies.checkpoint import no_recompute_peak
-from remat.strategies.ilp import memory_lower_bound, solve_ilp
+from remat.strategies import get_strategy
 
 GRAPHS = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in range(6)] + [random_dag(8, 3)]
 
 
-# One engine, and two racing on two threads (remat.strategies.certified.ENGINES).
+# One engine, and two racing on two threads (remat.milp.certified.ENGINES).
 SETTINGS = {"serial": {}, "race": {"threads": 2}, "race_full": {"threads": 2, "race_with": "full"}}
 
 
@@ -82,8 +83,8 @@ def test_checkpoint_all_is_certified_when_it_fits():
 
 def _lp_bounds(graph, budget):
     """The frontier LP's bound without and with the freed-at-most-once rows."""
-    from remat.solvers.base import solve_milp
-    from remat.strategies.ilp import build_checkmate_milp
+    from remat.milp.formulation import build_checkmate_milp
+    from remat.solvers import solve_milp
 
     bounds = []
     for free_once in (False, True):

@@ -6,18 +6,18 @@ import itertools
 
 import pytest
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.baselines.checkpoint_sets import checkpoint_set_schedule, greedy_budget_grid, greedy_checkpoints
 from remat.generators import random_training_graph
-from remat.schedule import simulate
-from remat.strategies.baselines import checkpoint_set_schedule, greedy_budget_grid, greedy_checkpoints
-from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.checkpoint_search import (
+from remat.maxbatch.checkpoint_search import (
     checkpoint_moves,
     hill_climb_checkpoints,
     iterated_hill_climb,
     least_peak_checkpoint_set,
     peak_within_cost,
 )
-from remat.strategies.maxbatch import allowed_cost
+from remat.maxbatch.limits import allowed_cost
+from remat.schedule import simulate
 
 
 def cost_limits(graph):

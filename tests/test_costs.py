@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from remat import costs
-from remat.frontends.torch import extract
-from remat.frontends.torch_trace import trace
 from remat.models import get_model
+from remat.torch import costs
+from remat.torch.extract import extract
+from remat.torch.trace import trace
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -138,7 +138,7 @@ class Tiny2(nn.Module):
 
 def test_flops_function_directly():
     tr = trace(nn.Linear(6, 5), (6,))
-    from remat.frontends.torch import probe
+    from remat.torch.extract import probe
 
     probe(tr, 3, "cross_entropy")  # classifies the nodes
     nc = costs.flops(tr, 3, "cross_entropy")

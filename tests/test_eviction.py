@@ -2,7 +2,8 @@ import pytest
 from brute_force import BruteForce
 
 from remat.generators import linear_chain, random_training_graph
-from remat.strategies import Status, get_strategy
+from remat.result import Status
+from remat.strategies import get_strategy
 
 
 @pytest.mark.parametrize("graph", [linear_chain(6)] + [random_training_graph(5, s) for s in range(5)],

@@ -15,12 +15,13 @@ import pytest
 import torch
 from torch import nn
 
-from remat.frontends.torch import extract
-from remat.frontends.torch_exec import ExecutionError, ScheduleExecutor, StepOutOfMemory, autograd_step, random_batch
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.budget import no_recompute_peak
 from remat.graph import GraphError
 from remat.schedule import Schedule, simulate
 from remat.strategies import get_strategy, strategy_names
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
+from remat.torch.execute import ExecutionError, ScheduleExecutor, StepOutOfMemory, autograd_step, random_batch
+from remat.torch.extract import extract
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -315,7 +316,7 @@ def test_graph_without_torch_metadata_is_refused():
 
 
 def test_train_lowers_the_loss():
-    from remat.frontends.torch_exec import train
+    from remat.torch.execute import train
 
     model = Net(p=0.0)
     graph = extract(model, SHAPE, batch_size=2)

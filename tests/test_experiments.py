@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from remat.budget import no_recompute_peak
 from remat.generators import random_training_graph
-from remat.reference import reference_graphs_available
+from remat.graph.reference import reference_graphs_available
 from remat.schedule import simulate
-from remat.strategies.checkpoint import no_recompute_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the experiments/ package sits beside remat/, outside the installed package
@@ -86,7 +86,7 @@ def test_parse_budget_spec_rejects(spec: object) -> None:
 
 
 def test_resolve_budget_fraction_span_and_constant_overhead() -> None:
-    from remat.strategies.ilp import memory_lower_bound
+    from remat.budget import memory_lower_bound
 
     g = random_training_graph(5, seed=1).with_constant_memory(7)
     peak = no_recompute_peak(g)
@@ -278,7 +278,7 @@ def test_max_batch_runs_or_names_the_missing_api(graph_file: Path, tmp_path: Pat
     cfg = compose(tmp_path, "experiment=max_batch", "experiment.profile=null", f"experiment.graphs=[{graph_file}]",
                   "experiment.strategies=[checkpoint_all]", "experiment.platforms=[cpu]", "mlflow.enabled=false")
     try:
-        import remat.strategies.maxbatch  # noqa: F401
+        import remat.maxbatch.search  # noqa: F401
     except ImportError:
         with pytest.raises(MissingAPIError, match="max_batch_size"):
             main(cfg, tmp_path)

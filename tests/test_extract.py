@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from remat.frontends.torch import ExtractionError, extract
+from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.graph import load_graph
+from remat.graph.reference import load_reference_graph, reference_graphs_available
 from remat.models import SPECS, get_model, zoo_graph
-from remat.reference import load_reference_graph, reference_graphs_available
 from remat.schedule import simulate
-from remat.strategies.checkpoint import checkpoint_all_schedule
+from remat.torch.extract import ExtractionError, extract
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

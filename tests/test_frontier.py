@@ -5,12 +5,13 @@ import threading
 import pytest
 from brute_force import BruteForce
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.budget import memory_lower_bound, no_recompute_peak
 from remat.generators import linear_chain, random_dag, random_training_graph
+from remat.milp.frontier import solve_frontier_lazily, violated_steps
+from remat.milp.plain import solve_ilp
 from remat.schedule import Schedule
-from remat.solvers.base import SolverOptions
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
-from remat.strategies.frontier import solve_frontier_lazily, violated_steps
-from remat.strategies.ilp import memory_lower_bound, solve_ilp
+from remat.solvers import SolverOptions
 
 EXACT = SolverOptions(mip_gap=0)
 SMALL = [linear_chain(4)] + [random_training_graph(4, s) for s in range(4)] + [random_dag(7, 1)]

@@ -5,7 +5,7 @@ import pytest
 
 from remat.generators import linear_chain, random_dag, random_training_graph
 from remat.graph import DFGraph, GraphError, load_graph, topologically_sorted
-from remat.reference import REFERENCE_GRAPHS, load_reference_graph, reference_graphs_available
+from remat.graph.reference import REFERENCE_GRAPHS, load_reference_graph, reference_graphs_available
 
 
 def tiny(**kw):

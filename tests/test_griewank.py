@@ -7,12 +7,12 @@ from functools import cache
 import numpy as np
 import pytest
 
+from remat.baselines.griewank import revolve_cost, revolve_events, revolve_schedule
 from remat.generators import linear_chain, random_training_graph
 from remat.graph import GraphError
+from remat.result import Status
 from remat.schedule import simulate
 from remat.strategies import get_strategy
-from remat.strategies.griewank import revolve_cost, revolve_events, revolve_schedule
-from remat.strategies.result import Status
 
 
 @cache

@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 from brute_force import BruteForce
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.generators import linear_chain, random_dag, random_training_graph
-from remat.strategies import Status, get_strategy
-from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.ilp import build_checkmate_milp, solve_ilp, solve_lp_relaxation
+from remat.milp.formulation import build_checkmate_milp
+from remat.milp.plain import solve_ilp, solve_lp_relaxation
+from remat.result import Status
+from remat.strategies import get_strategy
 
 GRAPHS = [linear_chain(L) for L in (1, 2, 3, 4)] + [random_training_graph(F, seed) for F in (2, 3, 4)
                                                      for seed in range(4)] + [random_dag(7, 0), random_dag(8, 1)]
@@ -117,7 +119,7 @@ def test_registry():
 
 @pytest.mark.parametrize("graph", GRAPHS[:10], ids=lambda g: g.name)
 def test_frontier_relaxation_bounds_the_optimum(graph):
-    from remat.solvers.base import solve_milp
+    from remat.solvers import solve_milp
 
     bf = BruteForce(graph)
     for budget in budgets(bf)[:3]:
@@ -130,8 +132,8 @@ def test_frontier_relaxation_bounds_the_optimum(graph):
 
 def _random_schedules(graph, count, seed):
     """Valid frontier-advancing schedules with random checkpoints (the least R for each random S)."""
+    from remat.baselines.recompute import solve_min_r
     from remat.schedule import Schedule
-    from remat.strategies.recompute import solve_min_r
 
     rng = np.random.default_rng(seed)
     for _ in range(count):
@@ -156,7 +158,7 @@ def test_free_once_rows_hold_for_every_schedule(graph):
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
 def test_free_once_keeps_the_optimum(graph):
-    from remat.solvers.base import SolverOptions, solve_milp
+    from remat.solvers import SolverOptions, solve_milp
 
     bf = BruteForce(graph)
     for budget in budgets(bf)[:3]:
@@ -168,7 +170,7 @@ def test_free_once_keeps_the_optimum(graph):
 
 def test_free_once_tightens_the_lp():
     # Without the rows the LP frees one value after each of several readers: bytes that were never allocated.
-    from remat.solvers.base import solve_milp
+    from remat.solvers import solve_milp
 
     stronger = 0
     for graph in GRAPHS:

@@ -52,7 +52,7 @@ def test_tensorflow_suite_in_its_own_process():
 @needs_triton
 def test_importing_the_front_end_first_makes_torchvision_safe():
     proc = python(
-        "import sys, remat.frontends.keras\n"
+        "import sys, remat.keras\n"
         "import torchvision, triton, torch\n"
         "assert 'tensorflow' in sys.modules\n"
         "print('ok')"
@@ -63,23 +63,23 @@ def test_importing_the_front_end_first_makes_torchvision_safe():
 @needs_tensorflow
 @needs_triton
 def test_tensorflow_first_is_refused_with_the_fix():
-    proc = python("import tensorflow\nimport remat.frontends.keras")
+    proc = python("import tensorflow\nimport remat.keras")
     assert proc.returncode == 1
     assert "TensorFlow was imported before torch/torchvision/triton" in proc.stderr
-    assert "Import remat.frontends.keras (or torch and torchvision) before tensorflow" in proc.stderr
+    assert "Import remat.keras (or torch and torchvision) before tensorflow" in proc.stderr
 
 
 @needs_tensorflow
 @needs_triton
 def test_the_hazard_the_guard_prevents_is_real():
-    # Pinned versions: if this stops crashing, the guard in _keras_env.py may be relaxed.
+    # Pinned versions: if this stops crashing, the guard in remat/keras/env.py may be relaxed.
     proc = python("import tensorflow\nimport triton")
     assert proc.returncode == -11, f"expected a segfault, got rc={proc.returncode}"
 
 
 def test_missing_tensorflow_gives_the_install_hint():
     # A None entry in sys.modules makes the import fail as if the package were absent.
-    proc = python("import sys\nsys.modules['keras'] = sys.modules['tensorflow'] = None\nimport remat.frontends.keras")
+    proc = python("import sys\nsys.modules['keras'] = sys.modules['tensorflow'] = None\nimport remat.keras")
     assert proc.returncode == 1
     assert "the Keras front end needs TensorFlow, which is not installed" in proc.stderr
     assert "pip install 'remat[keras]'" in proc.stderr

@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 from brute_force import BruteForce
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.budget import memory_lower_bound, no_recompute_peak
 from remat.generators import random_training_graph
+from remat.milp.formulation import build_checkmate_milp
+from remat.milp.local_search import improve_in_neighbourhood, rins_neighbourhood, search_near_schedules
 from remat.schedule import simulate
-from remat.solvers.base import SolverOptions, solve_milp
+from remat.solvers import SolverOptions, solve_milp
 from remat.strategies import get_strategy
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
-from remat.strategies.ilp import build_checkmate_milp, memory_lower_bound
-from remat.strategies.local_search import improve_in_neighbourhood, rins_neighbourhood, search_near_schedules
 
 EXACT = SolverOptions(mip_gap=0)
 

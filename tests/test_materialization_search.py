@@ -7,12 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.baselines.checkpoint_sets import checkpoint_set_s, checkpoint_set_schedule
+from remat.baselines.recompute import solve_min_r
 from remat.generators import random_training_graph
-from remat.schedule import Schedule, simulate
-from remat.strategies.baselines import checkpoint_set_s, checkpoint_set_schedule
-from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.checkpoint_search import least_peak_checkpoint_set
-from remat.strategies.materialization_search import (
+from remat.maxbatch.checkpoint_search import least_peak_checkpoint_set
+from remat.maxbatch.limits import allowed_cost
+from remat.maxbatch.materialization_search import (
     KEEP,
     RECOMPUTE,
     climb_materialization,
@@ -22,8 +23,7 @@ from remat.strategies.materialization_search import (
     materialization_s,
     peak_score,
 )
-from remat.strategies.maxbatch import allowed_cost
-from remat.strategies.recompute import solve_min_r
+from remat.schedule import Schedule, simulate
 
 
 def last_readers(g):

@@ -1,10 +1,11 @@
 import pytest
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.generators import random_training_graph
 from remat.graph import DFGraph, GraphError
+from remat.maxbatch.limits import batch_upper_bound, cost_cap
+from remat.maxbatch.search import max_batch_size
 from remat.schedule import simulate
-from remat.strategies.checkpoint import checkpoint_all_schedule
-from remat.strategies.maxbatch import batch_upper_bound, cost_cap, max_batch_size
 
 
 def batched(seed, batch=8, params=100, layers=4):
@@ -60,8 +61,9 @@ def test_single_milp_counts_batch_scaled_inputs():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_each_probe_answers_eq_10_as_the_plain_milp_does(seed):
-    from remat.strategies.ilp import memory_lower_bound, solve_ilp
-    from remat.strategies.maxbatch import _probe_milp
+    from remat.budget import memory_lower_bound
+    from remat.maxbatch.probes import _probe_milp
+    from remat.milp.plain import solve_ilp
 
     g = random_training_graph(6, seed)
     lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
@@ -77,8 +79,9 @@ def test_each_probe_answers_eq_10_as_the_plain_milp_does(seed):
 
 
 def test_a_cost_target_ends_the_ilp_once_it_is_met_or_ruled_out():
-    from remat.strategies.certified import solve_ilp_certified
-    from remat.strategies.ilp import memory_lower_bound, solve_ilp
+    from remat.budget import memory_lower_bound
+    from remat.milp.certified import solve_ilp_certified
+    from remat.milp.plain import solve_ilp
 
     g = random_training_graph(6, 0)
     lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
@@ -105,7 +108,7 @@ def test_the_gallop_ends_on_the_memory_bound_and_stops_there_when_it_is_feasible
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_schedule_proves_every_batch_it_fits_as_brute_force_finds(seed):
-    from remat.strategies.maxbatch import largest_batch_for
+    from remat.maxbatch.limits import largest_batch_for
 
     g = batched(seed)
     schedule = checkpoint_all_schedule(g)
@@ -132,8 +135,8 @@ def test_each_feasible_probe_reports_how_far_its_schedule_reaches_and_the_search
 
 @pytest.mark.parametrize("seed", range(2))
 def test_a_probe_in_a_child_process_answers_as_one_in_this_process(seed):
-    from remat.strategies.ilp import memory_lower_bound
-    from remat.strategies.maxbatch import _probe_milp
+    from remat.budget import memory_lower_bound
+    from remat.maxbatch.probes import _probe_milp
 
     g = random_training_graph(6, seed)
     lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
@@ -177,7 +180,7 @@ def test_a_non_positive_total_time_limit_is_refused(limit):
 
 def test_the_search_starts_from_the_best_heuristic_and_the_solvers_go_beyond_it():
     """A baseline's schedule is a point of the MILP's space: the ILP's answer is never below a baseline's."""
-    from remat.strategies.maxbatch import FAST_HEURISTICS
+    from remat.maxbatch.probes import FAST_HEURISTICS
 
     g = batched(0, layers=6)
     r = max_batch_size(g, 1000)
@@ -191,7 +194,7 @@ def test_the_search_starts_from_the_best_heuristic_and_the_solvers_go_beyond_it(
 
 def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuristic():
     """On this graph no fast heuristic fits 31 samples; the local search's checkpoint set does."""
-    from remat.strategies.maxbatch import FAST_HEURISTICS
+    from remat.maxbatch.probes import FAST_HEURISTICS
 
     g = batched(4, layers=8)
     r = max_batch_size(g, 1000)
@@ -204,7 +207,7 @@ def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuri
 def test_the_seed_skips_its_local_search_once_the_search_is_out_of_time():
     import time
 
-    from remat.strategies.maxbatch import _best_heuristic_batch
+    from remat.maxbatch.seeds import _best_heuristic_batch
 
     g = batched(4, layers=8)
     hi = batch_upper_bound(g, 1000)
@@ -215,8 +218,8 @@ def test_the_seed_skips_its_local_search_once_the_search_is_out_of_time():
 
 def test_the_rematerialization_stage_search_reaches_the_memory_bound_where_checkpoint_sets_do_not():
     """Two-level recomputation fits 18 samples here, the memory bound, so no solver probe is needed."""
-    from remat.strategies.checkpoint_search import least_peak_checkpoint_set
-    from remat.strategies.maxbatch import allowed_cost, qualifies
+    from remat.maxbatch.checkpoint_search import least_peak_checkpoint_set
+    from remat.maxbatch.limits import allowed_cost, qualifies
 
     g = batched(0, layers=8)
     hi = batch_upper_bound(g, 1000)

@@ -6,15 +6,12 @@ import numpy as np
 import pytest
 from brute_force import BruteForce
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.budget import memory_lower_bound, no_recompute_peak
 from remat.generators import random_training_graph
 from remat.graph import DFGraph, GraphError
-from remat.schedule import simulate
-from remat.solvers.base import SolverOptions, solve_milp
-from remat.strategies import get_strategy, strategy_names
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
-from remat.strategies.ilp import memory_lower_bound
-from remat.strategies.maxbatch import allowed_cost, batch_upper_bound, max_batch_size
-from remat.strategies.peak_bound import (
+from remat.maxbatch.limits import allowed_cost, batch_upper_bound
+from remat.maxbatch.relaxation import (
     backward_windows,
     budget_ruled_out,
     build_resident_set_relaxation,
@@ -22,6 +19,10 @@ from remat.strategies.peak_bound import (
     relaxation_point,
     smallest_batch_ruled_out,
 )
+from remat.maxbatch.search import max_batch_size
+from remat.schedule import simulate
+from remat.solvers import SolverOptions, solve_milp
+from remat.strategies import get_strategy, strategy_names
 
 
 def stage_lists(g, seed=0):

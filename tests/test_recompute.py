@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
+from remat.baselines.recompute import solve_min_r
 from remat.generators import linear_chain, random_dag, random_training_graph
 from remat.graph import DFGraph
 from remat.schedule import Schedule, simulate
-from remat.strategies.recompute import solve_min_r
 
 
 def random_s(n: int, density: float, rng: np.random.Generator) -> np.ndarray:

@@ -3,7 +3,8 @@ import pytest
 from brute_force import BruteForce
 
 from remat.generators import linear_chain, random_dag, random_training_graph
-from remat.strategies import Status, get_strategy
+from remat.result import Status
+from remat.strategies import get_strategy
 
 
 @pytest.mark.parametrize("graph", [linear_chain(6)] + [random_training_graph(4, s) for s in range(4)] +

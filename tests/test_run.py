@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from remat.budget import no_recompute_peak
 from remat.generators import random_training_graph
 from remat.schedule import Schedule, simulate
-from remat.strategies.checkpoint import no_recompute_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run.py's experiments/ package lives beside remat/, outside the installed package

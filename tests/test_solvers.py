@@ -11,13 +11,15 @@ import pytest
 import scipy.sparse as sp
 from brute_force import BruteForce
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.budget import check_budget, no_recompute_peak
 from remat.generators import linear_chain, random_training_graph
-from remat.reference import load_reference_graph, reference_graphs_available
-from remat.solvers.base import MilpProblem, SolverError, SolverOptions, solve_milp
+from remat.graph.reference import load_reference_graph, reference_graphs_available
+from remat.milp.formulation import build_checkmate_milp
+from remat.milp.plain import solve_ilp
+from remat.result import Status
+from remat.solvers import MilpProblem, SolverError, SolverOptions, solve_milp
 from remat.solvers.cpsat import integral_model
-from remat.strategies import Status
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
-from remat.strategies.ilp import build_checkmate_milp, check_budget, solve_ilp
 
 BACKENDS = ["gurobi", "cpsat"]
 # (graph, budget): tight, middling and loose budgets on chains and random training graphs.
@@ -217,9 +219,9 @@ def test_inexact_models_never_claim_optimality_or_infeasibility():
 
 
 def test_highs_reports_the_dual_bound_while_it_searches():
+    from remat.budget import memory_lower_bound, no_recompute_peak
+    from remat.milp.formulation import build_checkmate_milp
     from remat.solvers import highs
-    from remat.strategies.checkpoint import no_recompute_peak
-    from remat.strategies.ilp import build_checkmate_milp, memory_lower_bound
 
     graph = random_training_graph(6, 0)
     lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)
@@ -239,7 +241,7 @@ def test_highs_reports_the_dual_bound_while_it_searches():
 def test_a_set_stop_event_ends_the_search_as_at_a_time_limit(backend):
     import threading
 
-    from remat.strategies.ilp import memory_lower_bound
+    from remat.budget import memory_lower_bound
 
     graph = random_training_graph(6, 0)
     lo, hi = memory_lower_bound(graph)[0], no_recompute_peak(graph)

@@ -125,7 +125,7 @@ def zoo_graph(
     With ``cost_model="flops"`` the model is built on the meta device, so even
     the paper's batch sizes cost no memory.
     """
-    from remat.frontends.torch import extract
+    from remat.torch.extract import extract
 
     spec = model_spec(name)
     model = get_model(spec.name, device="meta" if cost_model == "flops" else None)

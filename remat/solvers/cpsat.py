@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from remat.solvers.base import MilpProblem, SolverError, SolverOptions, SolverOutput
+from remat.solvers.problem import MilpProblem, SolverError, SolverOptions, SolverOutput
 
 MAX_DENOMINATOR = 2**26
 # Largest scaled coefficient we accept; row activities stay far inside int64.

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from remat.solvers.base import MilpProblem, SolverError, SolverOptions, SolverOutput
+from remat.solvers.problem import MilpProblem, SolverError, SolverOptions, SolverOutput
 
 # Error code of "Model too large for size-limited license".
 SIZE_LIMITED_LICENCE = 10010

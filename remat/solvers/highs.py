@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from remat.solvers.base import MilpProblem, SolverOptions, SolverOutput
+from remat.solvers.problem import MilpProblem, SolverOptions, SolverOutput
 
 BOUND_REPORT_SECONDS = 2.0  # how often on_bound hears the dual bound during a search
 

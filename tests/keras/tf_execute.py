@@ -11,14 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remat.frontends import keras as rk  # imports torch/torchvision/triton before TensorFlow
-from remat.frontends._keras_env import keras
-from remat.frontends._keras_exec import KerasExecution
-from remat.frontends.keras_models import ZOO, build_zoo_model
+import remat.keras as rk  # imports torch/torchvision/triton before TensorFlow
+from remat.baselines.checkpoint import checkpoint_all_schedule
+from remat.baselines.recompute import checkpoints_to_s, solve_min_r
+from remat.budget import no_recompute_peak
+from remat.keras.env import keras
+from remat.keras.execute import KerasExecution
+from remat.keras.models import ZOO, build_zoo_model
 from remat.schedule import Schedule, simulate
 from remat.strategies import get_strategy, strategy_names
-from remat.strategies.checkpoint import checkpoint_all_schedule, no_recompute_peak
-from remat.strategies.recompute import checkpoints_to_s, solve_min_r
 
 L = keras.layers
 BATCH = 2

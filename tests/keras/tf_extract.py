@@ -11,16 +11,11 @@ import json
 import numpy as np
 import pytest
 
-from remat.frontends import keras as rk  # imports torch/torchvision/triton before TensorFlow
-from remat.frontends._keras_env import keras
-from remat.frontends.keras_models import (
-    KERAS_APPLICATIONS_MISSING,
-    REFERENCE_NAMES,
-    build_zoo_model,
-    keras_applications_renames,
-)
+import remat.keras as rk  # imports torch/torchvision/triton before TensorFlow
 from remat.graph import DFGraph
-from remat.reference import load_reference_graph, reference_graphs_available
+from remat.graph.reference import load_reference_graph, reference_graphs_available
+from remat.keras.env import keras
+from remat.keras.models import KERAS_APPLICATIONS_MISSING, REFERENCE_NAMES, build_zoo_model, keras_applications_renames
 
 L = keras.layers
 _skip_without_reference = pytest.mark.skipif(
@@ -164,7 +159,7 @@ def test_batch_rescaling_equals_re_extraction():
 
 
 def test_profiled_costs_are_measured_and_cached(tmp_path, monkeypatch):
-    from remat.frontends import _keras_costs
+    import remat.keras.costs as _keras_costs
 
     monkeypatch.setenv("REMAT_CACHE_DIR", str(tmp_path))
     model = tiny_model()
