@@ -1,27 +1,39 @@
-"""Strategies: ``fn(graph, budget_bytes, **options) -> SolveResult``, looked up by name."""
+"""The registry of strategies: ``fn(graph, budget_bytes, **options) -> SolveResult``, looked up by name.
+
+Every strategy of the paper and of this project is listed here; a user's own
+strategy joins them with :func:`register` and is then run, swept and compared
+by the same experiments.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from remat.baselines.checkpoint import solve_checkpoint_all, solve_checkpoint_last
+from remat.baselines import BASELINES
+from remat.milp.certified import solve_ilp_certified
+from remat.milp.plain import solve_ilp
+from remat.milp.rounding import solve_approx_lp_deterministic, solve_approx_lp_randomized
 from remat.result import SolveResult, Status
 
 Strategy = Callable[..., SolveResult]
 
 STRATEGIES: dict[str, Strategy] = {
-    "checkpoint_all": solve_checkpoint_all,
-    "checkpoint_last": solve_checkpoint_last,
+    **BASELINES,
+    # The user-facing "ilp" is the certified pipeline; "ilp_plain" is problem (9) handed to the solver as is.
+    "ilp": solve_ilp_certified,
+    "ilp_plain": solve_ilp,
+    "approx_lp_deterministic": solve_approx_lp_deterministic,
+    "approx_lp_randomized": solve_approx_lp_randomized,
 }
 
 
 def register(name: str, fn: Strategy) -> None:
+    """Add (or replace) the strategy ``name``."""
     STRATEGIES[name] = fn
 
 
 def get_strategy(name: str) -> Strategy:
     """The strategy function registered under ``name``; unknown names list the known ones."""
-    _load_optional()
     try:
         return STRATEGIES[name]
     except KeyError:
@@ -29,21 +41,7 @@ def get_strategy(name: str) -> Strategy:
 
 
 def strategy_names() -> list[str]:
-    _load_optional()
     return sorted(STRATEGIES)
 
 
-def _load_optional() -> None:
-    # Modules register themselves on import; importing here keeps start-up light.
-    import importlib
-
-    for module in ("milp.plain", "milp.certified", "baselines.checkpoint_sets", "baselines.griewank", "milp.rounding",
-                   "baselines.eviction"):
-        try:
-            importlib.import_module(f"remat.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"remat.{module}":
-                raise
-
-
-__all__ = ["STRATEGIES", "SolveResult", "Status", "get_strategy", "register", "strategy_names"]
+__all__ = ["STRATEGIES", "SolveResult", "Status", "Strategy", "get_strategy", "register", "strategy_names"]

@@ -62,14 +62,14 @@ def test_single_milp_counts_batch_scaled_inputs():
 @pytest.mark.parametrize("seed", range(4))
 def test_each_probe_answers_eq_10_as_the_plain_milp_does(seed):
     from remat.budget import memory_lower_bound
-    from remat.maxbatch.probes import _probe_milp
+    from remat.maxbatch.probes import probe_milp
     from remat.milp.plain import solve_ilp
 
     g = random_training_graph(6, seed)
     lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
     for fraction in (0.0, 0.1, 0.25, 0.5):
         budget = lo + fraction * (hi - lo)
-        verdict, schedule = _probe_milp(g, budget, None, 1, "highs")
+        verdict, schedule = probe_milp(g, budget, None, 1, "highs")
         plain = solve_ilp(g, budget, mip_gap=0)
         fits = plain.has_schedule and plain.cost <= cost_cap(g) * (1 + 1e-9)
         assert verdict == ("feasible" if fits else "infeasible")
@@ -136,14 +136,14 @@ def test_each_feasible_probe_reports_how_far_its_schedule_reaches_and_the_search
 @pytest.mark.parametrize("seed", range(2))
 def test_a_probe_in_a_child_process_answers_as_one_in_this_process(seed):
     from remat.budget import memory_lower_bound
-    from remat.maxbatch.probes import _probe_milp
+    from remat.maxbatch.probes import probe_milp
 
     g = random_training_graph(6, seed)
     lo, hi = memory_lower_bound(g)[0], simulate(g, checkpoint_all_schedule(g)).peak_memory
     for fraction in (0.1, 0.25):
         budget = lo + fraction * (hi - lo)
-        here = _probe_milp(g, budget, 60, 1, "highs")
-        there = _probe_milp(g, budget, 60, 1, "highs", hard_limit=True)
+        here = probe_milp(g, budget, 60, 1, "highs")
+        there = probe_milp(g, budget, 60, 1, "highs", hard_limit=True)
         assert here[0] == there[0]
         if there[0] == "feasible":
             sim = simulate(g, there[1], plan=False)
@@ -207,12 +207,12 @@ def test_the_checkpoint_local_search_seeds_the_search_where_it_beats_every_heuri
 def test_the_seed_skips_its_local_search_once_the_search_is_out_of_time():
     import time
 
-    from remat.maxbatch.seeds import _best_heuristic_batch
+    from remat.maxbatch.seeds import best_heuristic_batch
 
     g = batched(4, layers=8)
     hi = batch_upper_bound(g, 1000)
-    assert _best_heuristic_batch(g, 1000, hi)[0] == "checkpoint_local_search"
-    spent = _best_heuristic_batch(g, 1000, hi, deadline=time.perf_counter())
+    assert best_heuristic_batch(g, 1000, hi, max_batch_size)[0] == "checkpoint_local_search"
+    spent = best_heuristic_batch(g, 1000, hi, max_batch_size, deadline=time.perf_counter())
     assert spent[0] not in ("checkpoint_local_search", "materialization_local_search") and spent[1] < 31
 
 

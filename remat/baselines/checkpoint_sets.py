@@ -28,7 +28,6 @@ from remat.baselines.recompute import solve_min_r
 from remat.graph import DFGraph, GraphError
 from remat.result import SolveResult, result_from_schedule
 from remat.schedule import Schedule, simulate
-from remat.strategies import register
 
 GREEDY_GRID_SIZE = 200
 
@@ -273,13 +272,3 @@ def solve_linearized_greedy(
     start = time.perf_counter()
     return _greedy("linearized_greedy", graph, budget, linearized_candidates(graph), start, grid_size)
 
-
-for _name, _fn in {
-    "chen_sqrtn": solve_chen_sqrtn,
-    "chen_greedy": solve_chen_greedy,
-    "ap_sqrtn": solve_ap_sqrtn,
-    "ap_greedy": solve_ap_greedy,
-    "linearized_sqrtn": solve_linearized_sqrtn,
-    "linearized_greedy": solve_linearized_greedy,
-}.items():
-    register(_name, _fn)

@@ -71,12 +71,3 @@ def solve_eviction_greedy(graph: DFGraph, budget: float, max_rounds: int | None 
                 dropped[i] = True
     return result_from_schedule("eviction_greedy", graph, schedule, budget, time.perf_counter() - start,
                                 stats={"dropped": np.flatnonzero(dropped).tolist()})
-
-
-def _register() -> None:
-    from remat.strategies import register
-
-    register("eviction_greedy", solve_eviction_greedy)
-
-
-_register()

@@ -43,7 +43,6 @@ from remat.baselines.recompute import solve_min_r
 from remat.graph import DFGraph
 from remat.result import SolveResult, result_from_schedule
 from remat.schedule import Schedule, simulate
-from remat.strategies import register
 
 
 def binomial(s: int, r: int) -> int:
@@ -175,5 +174,3 @@ def solve_griewank_logn(graph: DFGraph, budget: float, **_: object) -> SolveResu
     stats = {"slots": chosen[3], "slots_from_bytes": max(estimate, -1)}
     return result_from_schedule("griewank_logn", graph, chosen[2], budget, time.perf_counter() - start, stats=stats)
 
-
-register("griewank_logn", solve_griewank_logn)

@@ -55,6 +55,6 @@ def qualifies(graph: DFGraph, schedule: Schedule, budget: float, B: int) -> bool
     return sim.within(budget) and sim.cost <= allowed_cost(g)
 
 
-def _tighter(limit: float | None, other: float | None) -> float | None:
+def tighter_limit(limit: float | None, other: float | None) -> float | None:
     """The smaller of two optional time limits (None: no limit)."""
     return limit if other is None else min(other, limit if limit is not None else math.inf)

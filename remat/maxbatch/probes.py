@@ -18,12 +18,12 @@ from remat.solvers import SolverOptions, solve_milp
 from remat.solvers.isolated import KILL_GRACE, call_with_hard_limit, can_isolate
 
 
-def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str,
+def probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads: int, backend: str,
                 hard_limit: bool = False) -> tuple[str, Any]:
     """Is there a schedule within ``budget`` costing at most the cap of eq. (10)? Exact, cheapest test first.
 
     Checkpoint-all or a fast heuristic within the cap proves "yes" by example; the
-    memory lower bound proves "no". Then the solvers (:func:`_probe_by_solvers`).
+    memory lower bound proves "no". Then the solvers (:func:`probe_by_solvers`).
     ``time_limit`` covers the whole probe; reaching it leaves the answer "unknown".
     ``hard_limit`` runs the solvers in a child process killed at the limit
     (:mod:`remat.solvers.isolated`), since a backend may overrun its own limit.
@@ -34,22 +34,22 @@ def _probe_milp(graph: DFGraph, budget: float, time_limit: float | None, threads
         return "feasible", checkpoint_all_schedule(graph)
     if check_budget(graph, budget) is not None:
         return "infeasible", None
-    for example in _heuristic_schedules(graph, budget):
+    for example in heuristic_schedules(graph, budget):
         if example.cost <= cap:
             return "feasible", example.schedule
     if time_limit is None:
-        return _probe_by_solvers(graph, budget, None, threads, backend)
+        return probe_by_solvers(graph, budget, None, threads, backend)
     left = max(time_limit - (time.perf_counter() - start), 1e-3)
     if not (hard_limit and can_isolate()):
-        return _probe_by_solvers(graph, budget, left, threads, backend)
-    done, answer = call_with_hard_limit(_probe_by_solvers, (graph, budget, left, threads, backend),
+        return probe_by_solvers(graph, budget, left, threads, backend)
+    done, answer = call_with_hard_limit(probe_by_solvers, (graph, budget, left, threads, backend),
                                         left + KILL_GRACE)
     return answer if done else ("unknown", None)
 
 
-def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, threads: int,
+def probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, threads: int,
                       backend: str) -> tuple[str, Any]:
-    """The solver half of :func:`_probe_milp`, cheapest first.
+    """The solver half of :func:`probe_milp`, cheapest first.
 
     An infeasible LP of the frontier relaxation with the cost cap proves "no";
     rounding that LP may give an example. Then the certified ``ilp`` pipeline
@@ -93,7 +93,7 @@ def _probe_by_solvers(graph: DFGraph, budget: float, time_limit: float | None, t
 FAST_HEURISTICS = ("eviction_greedy", "linearized_greedy", "ap_greedy", "chen_greedy")
 
 
-def _heuristic_schedules(graph: DFGraph, budget: float):
+def heuristic_schedules(graph: DFGraph, budget: float):
     """In-budget schedules of the fast heuristics (every one is a point of the MILP's space)."""
     from remat.strategies import get_strategy
 
@@ -110,7 +110,7 @@ def checkpoint_all_peak_activations(graph: DFGraph) -> float:
     return simulate(graph, checkpoint_all_schedule(graph), plan=False).peak_memory - graph.constant_memory
 
 
-def _probe_strategy(graph: DFGraph, budget: float, strategy: str, options: dict) -> tuple[str, Any]:
+def probe_strategy(graph: DFGraph, budget: float, strategy: str, options: dict) -> tuple[str, Any]:
     from remat.strategies import get_strategy
 
     result = get_strategy(strategy)(graph, budget, **options)

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from remat.graph import DFGraph, GraphError
-from remat.maxbatch.limits import _tighter, allowed_cost, batch_upper_bound, cost_cap, largest_batch_for
-from remat.maxbatch.probes import _probe_milp, _probe_strategy
+from remat.maxbatch.limits import allowed_cost, batch_upper_bound, cost_cap, largest_batch_for, tighter_limit
+from remat.maxbatch.probes import probe_milp, probe_strategy
 from remat.maxbatch.relaxation import smallest_batch_ruled_out
 from remat.maxbatch.result import MaxBatchResult
-from remat.maxbatch.seeds import _best_heuristic_batch
+from remat.maxbatch.seeds import best_heuristic_batch
 from remat.schedule import Schedule
 
 
@@ -74,7 +74,8 @@ def max_batch_size(
             raise ValueError("method='milp' is the MILP's own model; use method='search' for other strategies")
         from remat.maxbatch.single_milp import max_batch_single_milp
 
-        return max_batch_single_milp(graph, budget, _tighter(time_limit, total_time_limit), threads, backend, start)
+        limit = tighter_limit(time_limit, total_time_limit)
+        return max_batch_single_milp(graph, budget, limit, threads, backend, start)
     if method != "search":
         raise ValueError(f"unknown method {method!r}; choose 'search' or 'milp'")
     hi_bound = batch_upper_bound(graph, budget)
@@ -94,10 +95,10 @@ def max_batch_size(
         t0 = time.perf_counter()
         g = graph.with_batch_size(B)
         if strategy == "ilp":
-            verdict, schedule = _probe_milp(g, budget, _tighter(time_limit, time_left()), threads, backend,
+            verdict, schedule = probe_milp(g, budget, tighter_limit(time_limit, time_left()), threads, backend,
                                             hard_limits)
         else:
-            verdict, schedule = _probe_strategy(g, budget, strategy, options)
+            verdict, schedule = probe_strategy(g, budget, strategy, options)
         return note(B, verdict, schedule, t0)
 
     def note(B: int, verdict: str, schedule: Schedule | None, t0: float, **extra: Any) -> str:
@@ -125,8 +126,8 @@ def max_batch_size(
 
     if strategy == "ilp" and hi_bound >= 1:
         t0 = time.perf_counter()
-        seed = _best_heuristic_batch(graph, budget, hi_bound,
-                                     None if total_time_limit is None else start + total_time_limit)
+        seed = best_heuristic_batch(graph, budget, hi_bound, max_batch_size,
+                                    None if total_time_limit is None else start + total_time_limit)
         if seed is not None:
             name, B, schedule = seed
             note(B, "feasible", schedule, t0, heuristic=name)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from remat.graph import DFGraph, GraphError
 from remat.maxbatch.checkpoint_search import least_peak_checkpoint_set
-from remat.maxbatch.limits import _tighter, allowed_cost, largest_batch_for, qualifies
+from remat.maxbatch.limits import allowed_cost, largest_batch_for, qualifies, tighter_limit
 from remat.maxbatch.materialization_search import least_peak_materialization
 from remat.maxbatch.probes import FAST_HEURISTICS
+from remat.maxbatch.result import MaxBatchResult
 from remat.schedule import Schedule
+
+# (graph, budget, strategy=name) -> a MaxBatchResult: the search run for one heuristic
+HeuristicSearch = Callable[..., MaxBatchResult]
 
 CLIMB_SECONDS = 150.0  # the seed's checkpoint local search reaches its best in ~100 s on ResNet50
 
@@ -17,9 +22,13 @@ CLIMB_SECONDS = 150.0  # the seed's checkpoint local search reaches its best in 
 MATERIALIZE_SECONDS = 300.0  # then the rematerialization-stage search (ResNet50: 553 -> 766 in 300 s)
 
 
-def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
-                          deadline: float | None = None) -> tuple[str, int, Schedule] | None:
+def best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int, heuristic_search: HeuristicSearch,
+                         deadline: float | None = None) -> tuple[str, int, Schedule] | None:
     """The largest batch a fast heuristic's own search reaches within the cap, with its schedule.
+
+    ``heuristic_search(graph, budget, strategy=name)`` is the search that finds a
+    heuristic's maximum batch (:func:`remat.maxbatch.search.max_batch_size`; passed in
+    because that search starts here).
 
     Each such schedule is a point of the MILP's space, so the MILP's answer is at
     least this (§6.4 compares the strategies the same way). Seeding the search
@@ -33,18 +42,16 @@ def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
     ``MATERIALIZE_SECONDS``, all ending by ``deadline`` (a ``time.perf_counter()``
     value) if one is given.
     """
-    from remat.maxbatch.search import max_batch_size
-
     best: tuple[str, int, Schedule] | None = None
     for name in FAST_HEURISTICS:
         try:
-            found = max_batch_size(graph, budget, strategy=name)
+            found = heuristic_search(graph, budget, strategy=name)
         except (GraphError, ValueError):
             continue  # chain-only heuristics on other graphs
         B = found.max_batch
         if B > (best[1] if best else 0) and found.schedule is not None and qualifies(graph, found.schedule, budget, B):
             best = (name, B, found.schedule)
-    climb_time = _tighter(CLIMB_SECONDS, None if deadline is None else deadline - time.perf_counter())
+    climb_time = tighter_limit(CLIMB_SECONDS, None if deadline is None else deadline - time.perf_counter())
     if (best and best[1] >= hi_bound) or climb_time <= 0:
         return best
     B = best[1] if best else 1
@@ -52,7 +59,7 @@ def _best_heuristic_batch(graph: DFGraph, budget: float, hi_bound: int,
     climbed = least_peak_checkpoint_set(scaled, allowed_cost(scaled), climb_time)
     if climbed is not None:
         best = _fitting_more(graph, budget, B, hi_bound, best, "checkpoint_local_search", climbed[0])
-    left = _tighter(MATERIALIZE_SECONDS, None if deadline is None else deadline - time.perf_counter())
+    left = tighter_limit(MATERIALIZE_SECONDS, None if deadline is None else deadline - time.perf_counter())
     if climbed is None or best is None or best[1] >= hi_bound or left <= 0:
         return best
     B = best[1]

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from remat.baselines import BASELINES
 from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.budget import check_budget
 from remat.graph import DFGraph, GraphError
@@ -209,6 +210,11 @@ def solve_ilp_certified(
             raise ValueError(f"{key} must be one of {', '.join(ENGINES)}, got {name!r}")
     if int(threads) < 1:
         raise ValueError(f"threads must be >= 1, got {threads!r}")
+    heuristics = list(heuristics)
+    unknown = [name for name in heuristics if name not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown heuristic {unknown[0]!r} for the ilp pipeline: pick baselines among "
+                         f"{', '.join(BASELINES)}")
     racing = race_with is not None and threads >= 2 and backend == "highs"
     options = {"time_limit": time_limit, "mip_gap": mip_gap, "threads": threads, "backend": backend,
                "heuristics": list(heuristics), "use_lp": use_lp, "local_search": local_search,
@@ -352,11 +358,9 @@ def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str
 
 def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool:
     """Offer each named heuristic's schedule; True as soon as one is certified."""
-    from remat.strategies import get_strategy
-
     for name in names:
         try:
-            result = get_strategy(name)(inc.graph, inc.budget, grid_size=grid_size)
+            result = BASELINES[name](inc.graph, inc.budget, grid_size=grid_size)
         except GraphError:
             continue  # e.g. chen_greedy on a non-linear graph
         if result.has_schedule:
@@ -395,12 +399,3 @@ def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], optio
     for p in thresholds:
         inc.offer(rounded_schedule(graph, S_star > p), f"lp_rounding@{p},eps={eps}")
     return lp.status
-
-
-def _register() -> None:
-    from remat.strategies import register
-
-    register("ilp", solve_ilp_certified)
-
-
-_register()

@@ -84,13 +84,3 @@ def solve_lp_relaxation(
     milp = build_checkmate_milp(graph, budget, partitioned, free_formulation)
     out = solve_milp(milp.problem.relaxed(), "highs", SolverOptions(time_limit=time_limit, threads=threads))
     return milp, out
-
-
-def _register() -> None:
-    from remat.strategies import register
-
-    # The user-facing "ilp" is the certified pipeline (remat.milp.certified); this is problem (9) as is.
-    register("ilp_plain", solve_ilp)
-
-
-_register()

@@ -133,13 +133,3 @@ def solve_approx_lp_randomized(
     """Two-phase randomized rounding (§5.1, App. D): seeded Bernoulli samples of S*, best in-budget kept."""
     return two_phase_rounding(graph, budget, randomized_roundings(samples, seed), "approx_lp_randomized",
                               allowances, time_limit, threads, {"samples": samples, "seed": seed})
-
-
-def _register() -> None:
-    from remat.strategies import register
-
-    register("approx_lp_deterministic", solve_approx_lp_deterministic)
-    register("approx_lp_randomized", solve_approx_lp_randomized)
-
-
-_register()
