@@ -50,11 +50,9 @@ def _stamps(folder: Path) -> dict[Path, float]:
 
 def _log(name: str, paths: list[Path], args: argparse.Namespace) -> None:
     # The figures are artifacts of an "analysis" MLflow run, next to the runs that produced their data.
-    sys.path.insert(0, str(ROOT))
-    from experiments.tracking import Tracker
+    from analysis.tracking import log_outputs
 
-    Tracker({"uri": args.mlflow_uri}).log_files("analysis", name, sorted(paths), {"results": args.results})
-
+    log_outputs(name, sorted(paths), {"results": args.results}, args.mlflow_uri)
 
 if __name__ == "__main__":
     sys.exit(main())

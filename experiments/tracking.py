@@ -74,19 +74,6 @@ class Tracker:
                     raise
                 time.sleep(0.5 * (attempt + 1))
 
-    def log_files(self, experiment: str, run_name: str, paths: list[Path],
-                  params: dict[str, Any] | None = None) -> None:
-        """One run holding ``paths`` as artifacts (the figures and tables of ``python -m analysis``)."""
-        if not self.enabled:
-            return
-        mlflow = self._client()
-        with mlflow.start_run(experiment_id=self._experiment_id(experiment), run_name=run_name):
-            if params:
-                mlflow.log_params({k: _param(v) for k, v in params.items()})
-            for path in paths:
-                if Path(path).is_file():
-                    mlflow.log_artifact(str(path))
-
     def _log_once(self, experiment: str, row: dict[str, Any], artifacts: list[Path], run_name: str | None) -> None:
         mlflow = self._client()
         with mlflow.start_run(experiment_id=self._experiment_id(experiment), run_name=run_name):
