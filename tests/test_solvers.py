@@ -19,7 +19,7 @@ from remat.milp.formulation import build_checkmate_milp
 from remat.milp.plain import solve_ilp
 from remat.result import Status
 from remat.solvers import MilpProblem, SolverError, SolverOptions, solve_milp
-from remat.solvers.cpsat import integral_model
+from remat.solvers.integral import integral_model
 
 BACKENDS = ["gurobi", "cpsat"]
 # (graph, budget): tight, middling and loose budgets on chains and random training graphs.

@@ -50,18 +50,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
 from remat.baselines import BASELINES
 from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.budget import check_budget
 from remat.graph import DFGraph, GraphError
 from remat.milp.formulation import build_checkmate_milp, free_once_violation
 from remat.milp.frontier import solve_frontier_lazily
+from remat.milp.incumbent import Incumbent
 from remat.milp.local_search import search_near_schedules
 from remat.milp.rounding import DEFAULT_THRESHOLDS, rounded_schedule
 from remat.result import SolveResult, Status, result_from_schedule
-from remat.schedule import Schedule, simulate
+from remat.schedule import Schedule
 from remat.solvers import SolverOptions, solve_milp
 from remat.solvers.highs import reserve_threads
 
@@ -81,91 +80,6 @@ ENGINES = {
     "frontier_norestart": ("frontier", {"mip_allow_restart": False}),
     "full": ("full", {}),
 }
-
-
-class _Incumbent:
-    """The best schedule so far, the best proved bound, and when each milestone was reached.
-
-    Shared by the engines of a race, so every update holds a lock; ``stop`` is set
-    once the answer is decided, which ends every search still running.
-    """
-
-    def __init__(self, graph: DFGraph, budget: float, gap: float, start: float,
-                 on_incumbent: Callable[[float, float, float], None] | None) -> None:
-        self.graph, self.budget, self.gap, self.start = graph, budget, gap, start
-        self.cost = np.inf
-        self.hinted = np.inf  # best objective a solver reported before handing over its schedule
-        self.schedule: Schedule | None = None
-        self.source = ""
-        self.bound = graph.total_cost  # every node is computed at least once
-        self.on_incumbent = on_incumbent
-        self.milestones: dict[str, float] = {}
-        self.target: float | None = None  # stop once a schedule costs at most this, or the bound exceeds it
-        # Whether models get the freed-at-most-once inequality (build_checkmate_milp); None: the LP decides.
-        self.free_once: bool | None = None
-        self.proof = ""  # set when an engine proves that no schedule fits
-        self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
-        self.stop = threading.Event()
-        self._pool: list[tuple[float, Schedule]] = []  # every valid schedule offered
-        self._lock = threading.RLock()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def offer(self, schedule: Schedule, source: str, cost: float | None = None) -> None:
-        if cost is None:
-            sim = simulate(self.graph, schedule, plan=False)
-            if not sim.within(self.budget):
-                return
-            cost = sim.cost
-        with self._lock:
-            self._pool.append((cost, schedule))
-            if cost < self.cost - 1e-9:
-                self.cost, self.schedule, self.source = cost, schedule, source
-                self.milestones.setdefault("first_schedule", self.elapsed())
-                self._notify()
-
-    def pool(self) -> list[Schedule]:
-        """Every valid schedule offered so far, cheapest first."""
-        with self._lock:
-            return [schedule for _, schedule in sorted(self._pool, key=lambda entry: entry[0])]
-
-    def cost_hint(self, cost: float) -> None:
-        """A solver's improving objective: reported at once, its schedule is collected when the solver returns."""
-        with self._lock:
-            if cost < min(self.cost, self.hinted) - 1e-9:
-                self.hinted = cost
-                self._notify()
-
-    def raise_bound(self, bound: float | None) -> None:
-        with self._lock:
-            if bound is not None and bound > self.bound:
-                self.bound = bound
-                self._notify()
-
-    def certified(self) -> bool:
-        with self._lock:
-            done = self.schedule is not None and self.cost <= (1 + self.gap) * self.bound + 1e-9
-            if done:
-                self.milestones.setdefault("certified", self.elapsed())
-                self.stop.set()
-            return done
-
-    def decided(self) -> bool:
-        """Certified, past the target, proved infeasible, or stopped by an engine that finished."""
-        with self._lock:
-            if self.target is not None and (self.cost <= self.target or self.bound > self.target):
-                self.stop.set()
-            return self.certified() or self.stop.is_set()
-
-    def _notify(self) -> None:
-        best = min(self.cost, self.hinted)
-        if np.isfinite(best):
-            if best <= 1.01 * self.bound + 1e-9:
-                self.milestones.setdefault("gap_1pct", self.elapsed())
-            if self.on_incumbent is not None:
-                self.on_incumbent(self.elapsed(), best, self.bound)
-        self.decided()
 
 
 def solve_ilp_certified(
@@ -224,7 +138,7 @@ def solve_ilp_certified(
     if reason is not None:
         return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=time.perf_counter() - start,
                            message=reason, options=options, stats={"proof": "memory lower bound"})
-    inc = _Incumbent(graph, budget, mip_gap, start, on_incumbent)
+    inc = Incumbent(graph, budget, mip_gap, start, on_incumbent)
     inc.target, inc.free_once = target, free_once
     engine_threads = max(threads // 2, 1) if racing else threads
 
@@ -284,7 +198,7 @@ def solve_ilp_certified(
                                 lower_bound=inc.bound, options=options, stats=stats, message=message)
 
 
-def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iterable[float],
+def _improve(inc: Incumbent, names: list[str], grid_size: int, thresholds: Iterable[float],
              allowances: Iterable[float] | None, local_search: bool, lp_options: SolverOptions,
              remaining: Callable[[], float | None]) -> None:
     """Stage 3: the LP bound, the other heuristics, rounding at budget allowances (None: no LP), local search."""
@@ -314,7 +228,7 @@ def _improve(inc: _Incumbent, names: list[str], grid_size: int, thresholds: Iter
                               lambda schedule, cost: inc.offer(schedule, "rins", cost), free_once=bool(inc.free_once))
 
 
-def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str,
+def _run_engine(inc: Incumbent, name: str, options: SolverOptions, backend: str,
                 outcomes: list[tuple[str, str, str, dict]]) -> None:
     """Stage 4: one exact engine of :data:`ENGINES` from the incumbent; appends (name, status, message, stats).
 
@@ -356,7 +270,7 @@ def _run_engine(inc: _Incumbent, name: str, options: SolverOptions, backend: str
     outcomes.append((name, status, message if status == "error" else "", stats))
 
 
-def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool:
+def _offer_heuristics(inc: Incumbent, names: list[str], grid_size: int) -> bool:
     """Offer each named heuristic's schedule; True as soon as one is certified."""
     for name in names:
         try:
@@ -370,7 +284,7 @@ def _offer_heuristics(inc: _Incumbent, names: list[str], grid_size: int) -> bool
     return False
 
 
-def _lp_rounding(inc: _Incumbent, eps: float, thresholds: Iterable[float], options: SolverOptions) -> str:
+def _lp_rounding(inc: Incumbent, eps: float, thresholds: Iterable[float], options: SolverOptions) -> str:
     """§5: LP of the frontier relaxation at budget ``(1 - eps) B``, its bound (eps = 0) and its roundings.
 
     The frontier relaxation's LP bound is as tight as the full LP's on the

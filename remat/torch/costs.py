@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from remat.torch.trace import NodeCall, Trace, loss_target, loss_value, nbytes, tensors_of, walk
+from remat.torch.losses import loss_target, loss_value
+from remat.torch.trace import NodeCall, Trace, nbytes, tensors_of, walk
 from torch.utils.flop_counter import FlopCounterMode
 
 TIME_FLOOR = 1e-6  # seconds: a timer-resolution-sized cost for nodes that measure as nothing

@@ -98,8 +98,9 @@ from remat.torch.execute_support import (
     autograd_step,
     random_batch,
 )
+from remat.torch.losses import loss_target, loss_value
 from remat.torch.memory import LiveTensorMeter, cuda_peak
-from remat.torch.trace import _evaluate, _fetch_attr, _out_of_place, loss_target, loss_value, trace
+from remat.torch.trace import _evaluate, _fetch_attr, _out_of_place, trace
 from torch import nn
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from remat.graph import DFGraph, GraphError
-from remat.torch.trace import loss_value
+from remat.torch.losses import loss_value
 from torch import nn
 
 Path = tuple[int, ...]

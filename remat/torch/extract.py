@@ -98,7 +98,8 @@ import numpy as np
 
 import torch
 from remat.graph import DFGraph
-from remat.torch.trace import ExtractionError, NodeCall, Trace, check_loss, loss_target, nbytes, tensors_of, trace, walk
+from remat.torch.losses import check_loss, loss_target
+from remat.torch.trace import ExtractionError, NodeCall, Trace, nbytes, tensors_of, trace, walk
 from torch import nn
 
 __all__ = ["extract", "ExtractionError", "probe", "Structure"]
