@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -195,6 +196,25 @@ def checkpoint_set_schedule(graph: DFGraph, checkpoints: Iterable[int]) -> Sched
 
 
 # ---------------------------------------------------------------- strategies
+def cheapest_within_budget(graph: DFGraph, budget: float,
+                           candidates: Iterable[tuple[Any, Schedule]]) -> tuple[Any, Schedule]:
+    """``(key, schedule)`` of the cheapest candidate in budget under ``simulate()`` (ties: lower peak).
+
+    With none in budget, the candidate of least peak (ties: lower cost), which its
+    strategy then reports as infeasible with that peak as ``min_feasible_budget``.
+    """
+    best_in = best_any = None
+    for key, schedule in candidates:
+        sim = simulate(graph, schedule, plan=False)
+        entry = (sim.cost, sim.peak_memory, schedule, key)
+        if sim.within(budget) and (best_in is None or entry[:2] < best_in[:2]):
+            best_in = entry
+        if best_any is None or (entry[1], entry[0]) < (best_any[1], best_any[0]):
+            best_any = entry
+    chosen = best_in or best_any
+    return chosen[3], chosen[2]
+
+
 def best_checkpoint_set(
     name: str, graph: DFGraph, budget: float, sets: Iterable[np.ndarray], start: float, **extra: object
 ) -> SolveResult:
@@ -203,24 +223,12 @@ def best_checkpoint_set(
     With none in budget the smallest-peak schedule is returned as infeasible, so
     ``min_feasible_budget`` is the least memory any of the sets needs.
     """
-    seen: set[tuple[int, ...]] = set()
-    best_in = best_any = None
-    for cks in sets:
-        key = tuple(int(c) for c in cks)
-        if key in seen:
-            continue
-        seen.add(key)
-        schedule = checkpoint_set_schedule(graph, key)
-        sim = simulate(graph, schedule, plan=False)
-        entry = (sim.cost, sim.peak_memory, schedule, key)
-        if sim.within(budget) and (best_in is None or entry[:2] < best_in[:2]):
-            best_in = entry
-        if best_any is None or (entry[1], entry[0]) < (best_any[1], best_any[0]):
-            best_any = entry
-    chosen = best_in or best_any
-    stats = {"checkpoints": list(chosen[3]), "checkpoint_sets_tried": len(seen)}
+    distinct = dict.fromkeys(tuple(int(c) for c in cks) for cks in sets)
+    key, schedule = cheapest_within_budget(graph, budget, ((key, checkpoint_set_schedule(graph, key))
+                                                           for key in distinct))
+    stats = {"checkpoints": list(key), "checkpoint_sets_tried": len(distinct)}
     return result_from_schedule(
-        name, graph, chosen[2], budget, time.perf_counter() - start, stats=stats, options=dict(extra)
+        name, graph, schedule, budget, time.perf_counter() - start, stats=stats, options=dict(extra)
     )
 
 

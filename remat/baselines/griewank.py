@@ -38,11 +38,11 @@ from functools import cache
 
 import numpy as np
 
-from remat.baselines.checkpoint_sets import require_linear_forward
+from remat.baselines.checkpoint_sets import cheapest_within_budget, require_linear_forward
 from remat.baselines.recompute import solve_min_r
 from remat.graph import DFGraph
 from remat.result import SolveResult, result_from_schedule
-from remat.schedule import Schedule, simulate
+from remat.schedule import Schedule
 
 
 def binomial(s: int, r: int) -> int:
@@ -158,19 +158,11 @@ def solve_griewank_logn(graph: DFGraph, budget: float, **_: object) -> SolveResu
     """
     start = time.perf_counter()
     require_linear_forward(graph, "griewank_logn")
-    best_in = best_any = None
-    for slots in range(graph.loss, -1, -1):
-        schedule = revolve_schedule(graph, slots)
-        sim = simulate(graph, schedule, plan=False)
-        entry = (sim.cost, sim.peak_memory, schedule, slots)
-        if sim.within(budget) and (best_in is None or entry[:2] < best_in[:2]):
-            best_in = entry
-        if best_any is None or (entry[1], entry[0]) < (best_any[1], best_any[0]):
-            best_any = entry
-    chosen = best_in or best_any
+    slots, schedule = cheapest_within_budget(graph, budget, ((slots, revolve_schedule(graph, slots))
+                                                             for slots in range(graph.loss, -1, -1)))
     largest = float(graph.memory[: graph.loss].max(initial=0))
     # What uniform memory of the largest layer would allow; the scan above is exact.
     estimate = int((budget - graph.constant_memory) // largest) - 3 if largest > 0 else graph.loss
-    stats = {"slots": chosen[3], "slots_from_bytes": max(estimate, -1)}
-    return result_from_schedule("griewank_logn", graph, chosen[2], budget, time.perf_counter() - start, stats=stats)
+    stats = {"slots": slots, "slots_from_bytes": max(estimate, -1)}
+    return result_from_schedule("griewank_logn", graph, schedule, budget, time.perf_counter() - start, stats=stats)
 

@@ -42,9 +42,8 @@ def _import_torch_side_first() -> None:
 _import_torch_side_first()
 
 try:
-    import tensorflow as tf
-
     import keras
+    import tensorflow as tf
 except ModuleNotFoundError as exc:
     if exc.name not in ("tensorflow", "keras"):
         raise

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import torch
+from torch import nn
+
 from remat.budget import no_recompute_peak
 from remat.graph import DFGraph
 from remat.result import SolveResult
@@ -41,7 +42,6 @@ from remat.schedule import Schedule
 from remat.strategies import get_strategy
 from remat.torch.execute import ScheduleExecutor, StepResult
 from remat.torch.execute_support import _no_inplace_modules
-from torch import nn
 
 __all__ = ["RematError", "RematModel", "load", "optimize"]
 

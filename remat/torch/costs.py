@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 from remat.torch.losses import loss_target, loss_value
 from remat.torch.trace import NodeCall, Trace, nbytes, tensors_of, walk
-from torch.utils.flop_counter import FlopCounterMode
 
 TIME_FLOOR = 1e-6  # seconds: a timer-resolution-sized cost for nodes that measure as nothing
 

@@ -69,9 +69,10 @@ import time
 from typing import Any
 
 import numpy as np
-
 import torch
 import torch.fx as fx
+from torch import nn
+
 from remat.graph import DFGraph
 from remat.schedule import Compute, Schedule, ScheduleError, simulate
 from remat.torch.execute_support import (
@@ -101,7 +102,6 @@ from remat.torch.execute_support import (
 from remat.torch.losses import loss_target, loss_value
 from remat.torch.memory import LiveTensorMeter, cuda_peak
 from remat.torch.trace import _evaluate, _fetch_attr, _out_of_place, trace
-from torch import nn
 
 __all__ = [
     "ExecutionError",

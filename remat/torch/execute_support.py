@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
+
 from remat.graph import DFGraph, GraphError
 from remat.torch.losses import loss_value
-from torch import nn
 
 Path = tuple[int, ...]
 

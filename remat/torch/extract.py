@@ -95,12 +95,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 import torch
+from torch import nn
+
 from remat.graph import DFGraph
 from remat.torch.losses import check_loss, loss_target
 from remat.torch.trace import ExtractionError, NodeCall, Trace, nbytes, tensors_of, trace, walk
-from torch import nn
 
 __all__ = ["extract", "ExtractionError", "probe", "Structure"]
 
