@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from remat.baselines import BASELINES
 from remat.milp.certified import solve_ilp_certified
+from remat.milp.closure_eviction import solve_closure_eviction
 from remat.milp.plain import solve_ilp
 from remat.milp.rounding import solve_approx_lp_deterministic, solve_approx_lp_randomized
 from remat.result import SolveResult, Status
@@ -24,6 +25,7 @@ STRATEGIES: dict[str, Strategy] = {
     "ilp_plain": solve_ilp,
     "approx_lp_deterministic": solve_approx_lp_deterministic,
     "approx_lp_randomized": solve_approx_lp_randomized,
+    "closure_eviction": solve_closure_eviction,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class Incumbent:
         self.free_once: bool | None = None
         self.proof = ""  # set when an engine proves that no schedule fits
         self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
+        self.closure: Any = None  # the stage-closure bound, once computed (remat.milp.closure_bound.ClosureBound)
         self.stop = threading.Event()
         self._pool: list[tuple[float, Schedule]] = []  # every valid schedule offered
         self._lock = threading.RLock()
