@@ -7,9 +7,15 @@ file is written.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +67,14 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     solver = OmegaConf.to_container(cfg.solver, resolve=True)
     options = cfg.strategy.get("options")
     extra = OmegaConf.to_container(options, resolve=True) if options is not None else {}
-    if "on_incumbent" in inspect.signature(fn).parameters:
-        extra["on_incumbent"] = incumbent_printer(graph)  # the anytime answer, as it improves
-    result = solve_cell(graph, name, budget, solver, int(cfg.seed), extra)
+    history: list[dict[str, float]] = []
+    params = inspect.signature(fn).parameters
+    if "on_incumbent" in params:
+        extra["on_incumbent"] = incumbent_printer(graph, history)  # the anytime answer, as it improves
+    if "stop" in params:
+        extra["stop"] = threading.Event()  # Ctrl-C or SIGTERM ends the solve with the best schedule so far
+    with stop_on_signals(extra.get("stop")):
+        result = solve_cell(graph, name, budget, solver, int(cfg.seed), extra)
     context = {"experiment": "solve", "graph": label, "model": cfg.model.name if cfg.get("model") else "",
                "cost_model": cost_model, "platform": cfg.platform.name, "platform_memory": cfg.platform.memory}
     row = result_row(graph, result, budget_spec=cfg.budget, solver=solver, seed=int(cfg.seed), context=context)
@@ -75,23 +86,54 @@ def main(cfg: Any, output_dir: Path) -> dict[str, Any]:
     if cfg.get("record"):
         append_row(project_path(cfg.paths.results) / f"{cfg.record}.csv", row, RESULT_COLUMNS)
     Tracker(cfg.get("mlflow")).log("solve", row, [output_dir / "schedule.json", output_dir / "summary.json"],
-                                   run_name=f"{label}/{name}/{cfg.budget}")
+                                   run_name=f"{label}/{name}/{cfg.budget}", history=history)
     if trainer is not None and result.schedule is not None:
         _train(trainer, cfg, graph, result.schedule, steps)
     print(f"saved to {output_dir}")
     return row
 
 
-def incumbent_printer(graph: Any) -> Any:
-    """Print each improving schedule: time, cost and proved bound (x checkpoint-all), and their gap."""
+def incumbent_printer(graph: Any, history: list[dict[str, float]] | None = None) -> Any:
+    """Print each improving schedule: time, cost and proved bound (x checkpoint-all), and their gap.
+
+    Each event is also appended to ``history`` (wall-clock time, seconds, cost, bound, gap) for MLflow.
+    """
     base = graph.total_cost or 1.0
 
     def show(seconds: float, cost: float, bound: float) -> None:
         gap = (cost - bound) / cost if cost > 0 else 0.0
         print(f"  {seconds:8.1f} s  cost {cost / base:.5f}x  bound {bound / base:.5f}x  gap {100 * gap:6.2f} %",
               flush=True)
+        if history is not None:
+            history.append({"time": time.time(), "seconds": seconds, "cost": cost, "lower_bound": bound, "gap": gap})
 
     return show
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event | None) -> Iterator[None]:
+    """While the solve runs, SIGINT and SIGTERM set ``stop`` (the strategy then answers with what it has).
+
+    A second Ctrl-C interrupts at once, as usual. Outside the main thread, or
+    without a ``stop``, signals keep their usual effect.
+    """
+    if stop is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"\n{signal.Signals(signum).name}: ending the solve with the best schedule so far "
+              f"(Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def summary_table(row: dict[str, Any], graph: Any) -> str:

@@ -62,25 +62,34 @@ class Tracker:
         return self._experiments[name]
 
     def log(self, experiment: str, row: dict[str, Any], artifacts: list[Path] | None = None,
-            run_name: str | None = None) -> None:
+            run_name: str | None = None, history: list[dict[str, float]] | None = None) -> None:
+        """One run for ``row``; ``history`` (improving schedules and bounds as they came) becomes metric series
+        ``incumbent_cost``, ``incumbent_bound`` and ``incumbent_gap`` stamped with the time each was found."""
         if not self.enabled:
             return
         for attempt in range(5):
             try:
-                self._log_once(experiment, row, artifacts or [], run_name)
+                self._log_once(experiment, row, artifacts or [], run_name, history or [])
                 return
             except Exception as exc:  # SQLite "database is locked" under parallel jobs: retry
                 if "locked" not in str(exc).lower() or attempt == 4:
                     raise
                 time.sleep(0.5 * (attempt + 1))
 
-    def _log_once(self, experiment: str, row: dict[str, Any], artifacts: list[Path], run_name: str | None) -> None:
+    def _log_once(self, experiment: str, row: dict[str, Any], artifacts: list[Path], run_name: str | None,
+                  history: list[dict[str, float]]) -> None:
         mlflow = self._client()
         with mlflow.start_run(experiment_id=self._experiment_id(experiment), run_name=run_name):
             mlflow.log_params({k: _param(row.get(k)) for k in PARAMS if k in row})
             metrics = {k: float(row[k]) for k in METRICS if _finite(row.get(k))}
             if metrics:
                 mlflow.log_metrics(metrics)
+            for step, event in enumerate(history):
+                stamp = int(1000 * event["time"])
+                for key in ("cost", "lower_bound", "gap"):
+                    if _finite(event.get(key)):
+                        name = {"cost": "incumbent_cost", "lower_bound": "incumbent_bound", "gap": "incumbent_gap"}[key]
+                        mlflow.log_metric(name, float(event[key]), step=step, timestamp=stamp)
             mlflow.set_tags({"status": str(row.get("status", "")), "remat_version": str(row.get("remat_version", "")),
                              "solver_version": str(row.get("solver_version", "")),
                              "torch_version": str(row.get("torch_version", ""))})

@@ -16,6 +16,7 @@ class Status(StrEnum):
     FEASIBLE = "feasible"  # a valid in-budget schedule, optimality not proved
     INFEASIBLE = "infeasible"  # proved (MILP) or found (heuristic) to have no in-budget schedule
     TIME_LIMIT = "time_limit"  # stopped by a limit before any schedule was found
+    INTERRUPTED = "interrupted"  # a stop request (Ctrl-C, SIGTERM) ended the search; best schedule and bound so far
     ERROR = "error"  # the strategy could not run (e.g. a licence limit); see message
 
 

@@ -75,6 +75,7 @@ from remat.solvers.highs import reserve_threads
 DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized_greedy")
 
 
+POLL_SECONDS, INTERRUPT_GRACE = 0.05, 1.0  # how often a stoppable solve looks at its stop event; how long it waits
 CLOSURE_SHARE, CLOSURE_SECONDS = 0.2, 60.0  # the stage-closure bound's share of the time left, or its limit
 RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
 RINS_TARGET_SHARE = 0.5  # with a target (a max-batch probe) a schedule under it is what is sought, not a proof
@@ -111,6 +112,7 @@ def solve_ilp_certified(
     target: float | None = None,
     verbose: bool = False,
     free_once: bool | None = None,
+    stop: threading.Event | None = None,
     **_: object,
 ) -> SolveResult:
     """Optimal rematerialization (problem 9) by the staged pipeline of the module docstring.
@@ -124,6 +126,12 @@ def solve_ilp_certified(
     ``free_once`` adds to every model the valid inequality that a value is freed
     at most once per stage (:func:`~remat.milp.formulation.build_checkmate_milp`)
     or leaves it out; None (the default) lets stage 3's LP decide.
+
+    ``stop`` (a ``threading.Event``, e.g. set by a SIGINT handler) ends the
+    solve: the pipeline then runs in a worker thread, and within about a second
+    of the event the call returns the best schedule found with its proved bound
+    and status ``interrupted`` (a solver call that does not check the event,
+    such as HiGHS's presolve of a large model, finishes in the background).
     """
     start = time.perf_counter()
     if time_limit is not None and not time_limit > 0:
@@ -157,59 +165,101 @@ def solve_ilp_certified(
     def engine_options() -> SolverOptions:
         return SolverOptions(remaining(), mip_gap, engine_threads, verbose, stop=inc.stop)
 
-    # Stage 2: checkpoint-all, a given warm start, the first (fastest) heuristic.
-    inc.offer(checkpoint_all_schedule(graph), "checkpoint_all")
-    if warm_start is not None:
-        inc.offer(warm_start, "warm_start")
-    names = list(heuristics) if graph.has_training_structure else []
-    outcomes: list[tuple[str, str, str, dict]] = []
-    if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size) or _closure_bound(inc, remaining, threads)
-            or _offer_closure_eviction(inc, remaining)):
-        _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
-                 SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
-    if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
-        racer = None
-        if racing:
-            reserve_threads(engine_threads)  # from this thread: see remat.solvers.highs
-            failures: list[BaseException] = []
+    def run() -> SolveResult:
+        # Stage 2: checkpoint-all, a given warm start, the first (fastest) heuristic.
+        inc.offer(checkpoint_all_schedule(graph), "checkpoint_all")
+        if warm_start is not None:
+            inc.offer(warm_start, "warm_start")
+        names = list(heuristics) if graph.has_training_structure else []
+        outcomes: list[tuple[str, str, str, dict]] = []
+        if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size) or _closure_bound(inc, remaining, threads)
+                or _offer_closure_eviction(inc, remaining)):
+            _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
+                     SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
+        if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
+            racer = None
+            if racing:
+                reserve_threads(engine_threads)  # from this thread: see remat.solvers.highs
+                failures: list[BaseException] = []
 
-            def race() -> None:
-                try:
-                    _run_engine(inc, race_with, engine_options(), backend, outcomes)
-                except BaseException as exc:  # handed to the caller's thread below
-                    failures.append(exc)
-                    inc.stop.set()
+                def race() -> None:
+                    try:
+                        _run_engine(inc, race_with, engine_options(), backend, outcomes)
+                    except BaseException as exc:  # handed to the caller's thread below
+                        failures.append(exc)
+                        inc.stop.set()
 
-            racer = threading.Thread(target=race, name="remat-race", daemon=True)
-            racer.start()
+                racer = threading.Thread(target=race, name="remat-race", daemon=True)
+                racer.start()
+            try:
+                _run_engine(inc, exact_model, engine_options(), backend, outcomes)
+            finally:
+                inc.stop.set()
+                if racer is not None:
+                    racer.join()
+            if racer is not None and failures:
+                raise failures[0]
+        closure = inc.closure
+        stats = {"milestones": inc.milestones, "incumbent_source": inc.source, "free_once": inc.free_once,
+                 "closure_bound": None if closure is None else {
+                     "extra": closure.extra, "stage": closure.stage, "stages_over": closure.stages_over,
+                     "stages_solved": closure.stages_solved, "seconds": closure.seconds},
+                 "engines": {name: {"status": status, **more} for name, status, _, more in outcomes}}
+        if inc.proof and inc.schedule is None:  # a schedule valid under simulate() outranks a numerical proof
+            return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=inc.elapsed(), lower_bound=inc.bound,
+                               message=f"{inc.proof} proved that no schedule fits", options=options,
+                               stats={**stats, "proof": inc.proof})
+        message = "; ".join(m for _, _, m, _ in outcomes if m)
+        if target is not None and inc.bound > target:
+            message = f"stopped: no schedule costs at most the target {target:.6g} (lower bound {inc.bound:.6g})"
+        if inc.schedule is None:
+            errors = [m for _, status, m, _ in outcomes if status == "error"]
+            return SolveResult("ilp", Status.ERROR if errors else Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
+                               lower_bound=inc.bound, message=message, options=options, stats=stats)
+        status = Status.OPTIMAL if inc.certified() else Status.FEASIBLE
+        return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
+                                    lower_bound=inc.bound, options=options, stats=stats, message=message)
+
+    if stop is None:
+        return run()
+    return _run_until_stopped(run, inc, stop, options)
+
+
+def _run_until_stopped(run: Callable[[], SolveResult], inc: Incumbent, stop: threading.Event,
+                       options: dict) -> SolveResult:
+    """``run()`` in a worker thread, returning within :data:`INTERRUPT_GRACE` seconds once ``stop`` is set.
+
+    The calling thread waits in short steps, so it keeps handling signals.
+    """
+    box: dict[str, object] = {}
+
+    def work() -> None:
         try:
-            _run_engine(inc, exact_model, engine_options(), backend, outcomes)
-        finally:
-            inc.stop.set()
-            if racer is not None:
-                racer.join()
-        if racer is not None and failures:
-            raise failures[0]
-    closure = inc.closure
-    stats = {"milestones": inc.milestones, "incumbent_source": inc.source, "free_once": inc.free_once,
-             "closure_bound": None if closure is None else {
-                 "extra": closure.extra, "stage": closure.stage, "stages_over": closure.stages_over,
-                 "stages_solved": closure.stages_solved, "seconds": closure.seconds},
-             "engines": {name: {"status": status, **more} for name, status, _, more in outcomes}}
-    if inc.proof and inc.schedule is None:  # a schedule valid under simulate() outranks a numerical proof
-        return SolveResult("ilp", Status.INFEASIBLE, budget, solve_time=inc.elapsed(), lower_bound=inc.bound,
-                           message=f"{inc.proof} proved that no schedule fits", options=options,
-                           stats={**stats, "proof": inc.proof})
-    message = "; ".join(m for _, _, m, _ in outcomes if m)
-    if target is not None and inc.bound > target:
-        message = f"stopped: no schedule costs at most the target {target:.6g} (lower bound {inc.bound:.6g})"
-    if inc.schedule is None:
-        errors = [m for _, status, m, _ in outcomes if status == "error"]
-        return SolveResult("ilp", Status.ERROR if errors else Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
-                           lower_bound=inc.bound, message=message, options=options, stats=stats)
-    status = Status.OPTIMAL if inc.certified() else Status.FEASIBLE
-    return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
-                                lower_bound=inc.bound, options=options, stats=stats, message=message)
+            box["result"] = run()
+        except BaseException as exc:  # raised again in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="remat-ilp", daemon=True)
+    worker.start()
+    while worker.is_alive() and not stop.is_set():
+        worker.join(POLL_SECONDS)
+    if worker.is_alive():
+        inc.interrupted = True
+        inc.stop.set()
+        worker.join(INTERRUPT_GRACE)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    if "result" in box:
+        return box["result"]  # type: ignore[return-value]
+    # The worker is still inside a solver call that does not check the stop: answer from what it has found.
+    schedule, cost, bound = inc.best()
+    message = f"interrupted after {inc.elapsed():.1f} s"
+    if schedule is None:
+        return SolveResult("ilp", Status.INTERRUPTED, inc.budget, solve_time=inc.elapsed(), lower_bound=bound,
+                           message=message, options=options, stats={"milestones": dict(inc.milestones)})
+    return result_from_schedule("ilp", inc.graph, schedule, inc.budget, inc.elapsed(), status=Status.INTERRUPTED,
+                                lower_bound=bound, options=options, message=message,
+                                stats={"milestones": dict(inc.milestones), "incumbent_source": inc.source})
 
 
 def _closure_bound(inc: Incumbent, remaining: Callable[[], float | None], threads: int) -> bool:

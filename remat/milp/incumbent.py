@@ -37,6 +37,7 @@ class Incumbent:
         self.lp_solution: tuple[np.ndarray, np.ndarray] | None = None  # (R*, S*) of the frontier LP
         self.closure: Any = None  # the stage-closure bound, once computed (remat.milp.closure_bound.ClosureBound)
         self.stop = threading.Event()
+        self.interrupted = False  # a caller's stop request (not a decided answer) set ``stop``
         self._pool: list[tuple[float, Schedule]] = []  # every valid schedule offered
         self._lock = threading.RLock()
 
@@ -55,6 +56,11 @@ class Incumbent:
                 self.cost, self.schedule, self.source = cost, schedule, source
                 self.milestones.setdefault("first_schedule", self.elapsed())
                 self._notify()
+
+    def best(self) -> tuple[Schedule | None, float, float]:
+        """The best schedule so far, its cost and the best proved bound, read together."""
+        with self._lock:
+            return self.schedule, self.cost, self.bound
 
     def pool(self) -> list[Schedule]:
         """Every valid schedule offered so far, cheapest first."""

@@ -95,13 +95,17 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
         sol.value_valid = True
         h.setSolution(sol)
     hooks = (options.on_incumbent, options.on_solution, options.on_bound, options.stop)
-    if is_mip and any(hook is not None for hook in hooks):
+    if (is_mip and any(hook is not None for hook in hooks)) or options.stop is not None:
         start = time.perf_counter()
         kind = highspy.cb.HighsCallbackType
         stop = [False]
         last_report = [0.0]
+        lp_interrupts = (kind.kCallbackSimplexInterrupt, kind.kCallbackIpmInterrupt)
 
         def callback(event: int, _msg: str, data_out, data_in, _user) -> None:
+            if event in lp_interrupts:  # a long LP (a MIP's root, or an LP alone) also ends on a stop request
+                data_in.user_interrupt = options.stop is not None and options.stop.is_set()
+                return
             if event == kind.kCallbackMipInterrupt:
                 data_in.user_interrupt = stop[0] or (options.stop is not None and options.stop.is_set())
                 seconds = time.perf_counter() - start
@@ -116,9 +120,13 @@ def solve_highs(problem: MilpProblem, options: SolverOptions, warm_start: np.nda
                 options.on_incumbent(seconds, data_out.objective_function_value, data_out.mip_dual_bound)
 
         h.setCallback(callback, None)
-        h.startCallback(kind.kCallbackMipImprovingSolution)
-        if options.on_solution is not None or options.on_bound is not None or options.stop is not None:
-            h.startCallback(kind.kCallbackMipInterrupt)
+        if is_mip:
+            h.startCallback(kind.kCallbackMipImprovingSolution)
+            if options.on_solution is not None or options.on_bound is not None or options.stop is not None:
+                h.startCallback(kind.kCallbackMipInterrupt)
+        if options.stop is not None:
+            for event in lp_interrupts:
+                h.startCallback(event)
 
     start = time.perf_counter()
     with _thread_pool(max(int(options.threads), 1)) as threads:
