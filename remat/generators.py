@@ -206,3 +206,91 @@ def _random_topological_order(n: int, edges: np.ndarray, rng: np.random.Generato
             if indeg[j] == 0:
                 ready.append(j)
     return np.array(order)
+
+
+# What autograd saves for each kind of op in a transformer block: its inputs, its output, or nothing (eq. 1b edges
+# from the forward node or its inputs to the node's vector-Jacobian product).
+_SAVES = {"embed": (), "add": (), "linear": ("inputs",), "layernorm": ("inputs",), "gelu": ("inputs",),
+          "softmax": ("output",), "dropout": ("output",), "matmul": ("inputs",), "loss": ()}
+
+
+def transformer_training_graph(
+    layers: int = 12,
+    hidden: int = 768,
+    heads: int = 12,
+    seq: int = 1024,
+    batch: int = 1,
+    vocab: int = 50257,
+    bytes_per_element: int = 4,
+) -> DFGraph:
+    """The training graph of a GPT-2-style decoder at the granularity of its tensor ops (FLOP costs, fp32 bytes).
+
+    Forward: token plus position embedding, then per layer ``ln1 -> qkv -> scores
+    (q k^T) -> softmax -> dropout -> context (p v) -> proj -> +residual -> ln2 ->
+    fc1 -> gelu -> fc2 -> +residual`` (13 ops), a final layer norm and the
+    language-model head; ``2 (13 layers + 3) + 1`` nodes. The loss reads the logits.
+    As in :func:`random_training_graph`, the backward node of forward node ``u``
+    is ``2L - u``; it reads the gradients of ``u``'s users and what autograd saves
+    for ``u`` (a linear layer its input, softmax and dropout their output, the
+    attention products both operands, layer norm and GELU their input). Memory is
+    each output's bytes at ``batch`` (a gradient node holds its forward node's
+    size); costs are multiply-add FLOPs (2 per MAC), elementwise ops one per
+    element, a backward twice its forward. Parameters and their gradients are the
+    constant overhead. ``layers=12, hidden=768, heads=12, seq=1024`` is GPT-2
+    small (319 nodes); 96 layers give 2,503 nodes.
+    """
+    if min(layers, hidden, heads, seq, batch, vocab) < 1 or hidden % heads:
+        raise ValueError("layers, hidden, heads, seq, batch and vocab must be positive, and heads must divide hidden")
+    b, s, d, h = batch, seq, hidden, heads
+    ops: list[tuple[str, str, list[int], float, float]] = []  # (name, kind, inputs, output elements, forward flops)
+
+    def op(name: str, kind: str, inputs: list[int], elements: float, flops: float) -> int:
+        ops.append((name, kind, inputs, elements, flops))
+        return len(ops) - 1
+
+    x = op("embed", "embed", [], b * s * d, b * s * d)
+    for i in range(layers):
+        ln1 = op(f"h{i}.ln1", "layernorm", [x], b * s * d, 5 * b * s * d)
+        qkv = op(f"h{i}.qkv", "linear", [ln1], 3 * b * s * d, 2 * b * s * d * 3 * d)
+        scores = op(f"h{i}.scores", "matmul", [qkv], b * h * s * s, 2 * b * s * s * d)
+        probs = op(f"h{i}.softmax", "softmax", [scores], b * h * s * s, 5 * b * h * s * s)
+        drop = op(f"h{i}.attn_dropout", "dropout", [probs], b * h * s * s, b * h * s * s)
+        ctx = op(f"h{i}.context", "matmul", [drop, qkv], b * s * d, 2 * b * s * s * d)
+        proj = op(f"h{i}.proj", "linear", [ctx], b * s * d, 2 * b * s * d * d)
+        x = op(f"h{i}.add1", "add", [x, proj], b * s * d, b * s * d)
+        ln2 = op(f"h{i}.ln2", "layernorm", [x], b * s * d, 5 * b * s * d)
+        fc1 = op(f"h{i}.fc1", "linear", [ln2], 4 * b * s * d, 8 * b * s * d * d)
+        gelu = op(f"h{i}.gelu", "gelu", [fc1], 4 * b * s * d, 8 * 4 * b * s * d)
+        fc2 = op(f"h{i}.fc2", "linear", [gelu], b * s * d, 8 * b * s * d * d)
+        x = op(f"h{i}.add2", "add", [x, fc2], b * s * d, b * s * d)
+    lnf = op("ln_f", "layernorm", [x], b * s * d, 5 * b * s * d)
+    op("lm_head", "linear", [lnf], b * s * vocab, 2 * b * s * d * vocab)
+    L = len(ops)
+
+    def back(u: int) -> int:
+        return 2 * L - u
+
+    edges = [(p, u) for u, (_, _, inputs, _, _) in enumerate(ops) for p in inputs]
+    users: list[list[int]] = [[] for _ in range(L)]
+    for p, u in edges:
+        users[p].append(u)
+    edges.append((L - 1, L))
+    edges.append((L, back(L - 1)))
+    for u, (_, kind, inputs, _, _) in enumerate(ops):
+        edges += [(back(v), back(u)) for v in users[u]]  # the gradient of u's output
+        saved = _SAVES[kind]
+        if "inputs" in saved:
+            edges += [(p, back(u)) for p in inputs]
+        if "output" in saved:
+            edges.append((u, back(u)))
+    elements = np.array([e for _, _, _, e, _ in ops], float)
+    flops = np.array([f for _, _, _, _, f in ops], float)
+    memory = np.concatenate([elements, [b * s], elements[::-1]]) * bytes_per_element
+    cost = np.concatenate([flops, [3 * b * s * vocab], 2 * flops[::-1]])
+    params = vocab * d + s * d + layers * (12 * d * d + 13 * d) + 2 * d
+    names = [name for name, _, _, _, _ in ops] + ["loss"] + [f"{name}_backward" for name, _, _, _, _ in ops[::-1]]
+    return DFGraph(names=names, cost=cost, memory=memory, edges=sorted(set(edges)), loss=L,
+                   constant_memory=2 * params * bytes_per_element, batch_size=batch, cost_unit="flop",
+                   name=f"transformer{layers}_d{d}_s{s}_b{b}",
+                   metadata={"generator": "transformer_training_graph", "layers": layers, "hidden": d, "heads": h,
+                             "seq": s, "vocab": vocab})
