@@ -104,6 +104,7 @@ def build_checkmate_milp(
     frontier_relaxation: bool = False,
     extra_steps: np.ndarray | None = None,
     free_once: bool = False,
+    columns: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CheckmateMilp:
     """Build problem (9) (or, with ``partitioned=False``, eqs. 1a-1f with memory).
 
@@ -127,6 +128,12 @@ def build_checkmate_milp(
 
     ``free_once`` adds the valid inequality ``sum_k Free[t,(i,k)] <= R[t,i] +
     S[t,i]`` (:func:`add_free_once_rows`).
+
+    ``columns=(R_cols, S_cols)`` (boolean ``T x n``) builds only those R and S
+    columns; the others are zero. A stage with no R column is left out entirely,
+    with its memory and its rows (1c) into the next stage, so a run of stages
+    ``a..b`` with ``S[a]`` and ``S[b+1]`` fixed by the caller is an exact model of
+    that window (:mod:`remat.milp.windows`); its size follows the window, not the graph.
     """
     start = time.perf_counter()
     if frontier_relaxation and not partitioned:
@@ -139,12 +146,16 @@ def build_checkmate_milp(
     src, dst = graph.edges[:, 0], graph.edges[:, 1]
     t_col = np.arange(T)[:, None]
     i_row = np.arange(n)[None, :]
-    r_mask = (i_row <= t_col) if partitioned else np.ones((T, n), bool)
+    structural = (i_row <= t_col) if partitioned else np.ones((T, n), bool)
+    r_mask = structural if columns is None else structural & columns[0]
     s_mask = (i_row < t_col) if partitioned else (t_col >= 1) & np.ones((1, n), bool)
-    u_mask = r_mask & (not frontier_relaxation)
+    if columns is not None:
+        s_mask = s_mask & columns[1]
+    in_model = r_mask.any(1)  # the stages this model holds (all of them unless columns leave some out)
+    u_mask = structural & in_model[:, None] & (not frontier_relaxation)
     # Free[t, (i, k)] matters only through U[t, k+1]: it needs R[t, k] and U[t, k+1] to exist.
     u_next = np.zeros((T, n), bool)
-    u_next[:, :-1] = r_mask[:, 1:]
+    u_next[:, :-1] = structural[:, 1:] & in_model[:, None]
     f_mask = r_mask[:, dst] & u_next[:, dst]
 
     counter = 0
@@ -172,14 +183,15 @@ def build_checkmate_milp(
     # U can never exceed everything resident twice over; a tighter bound keeps presolve well scaled.
     ub[U[u_mask]] = min(budget, graph.constant_memory + 2 * float(graph.memory.sum())) / memory_scale
     if partitioned:
-        lb[R[np.arange(n), np.arange(n)]] = 1.0  # eq. (8a)
+        diagonal = R[np.arange(n), np.arange(n)]
+        lb[diagonal[diagonal >= 0]] = 1.0  # eq. (8a)
 
     rows = RowBuilder(N)
     # (1b): R[t, j] <= R[t, i] + S[t, i] for every edge (i, j).
     tt, ee = np.nonzero(R[:, dst] >= 0)
     rows.add([(R[tt, dst[ee]], 1.0), (R[tt, src[ee]], -1.0), (S[tt, src[ee]], -1.0)], -np.inf, 0.0)
-    # (1c): S[t, i] <= R[t-1, i] + S[t-1, i].
-    tt, ii = np.nonzero(S[1:] >= 0)
+    # (1c): S[t, i] <= R[t-1, i] + S[t-1, i], for each stage t-1 in the model.
+    tt, ii = np.nonzero((S[1:] >= 0) & in_model[:-1, None])
     rows.add([(S[tt + 1, ii], 1.0), (R[tt, ii], -1.0), (S[tt, ii], -1.0)], -np.inf, 0.0)
     if not partitioned:
         # (1e) generalised: every sink is computed at some stage, so every node is.
@@ -192,7 +204,8 @@ def build_checkmate_milp(
         add_free_once_rows(rows, graph, R, S, F)
     if frontier_relaxation:
         room = (budget - graph.constant_memory) / memory_scale
-        steps = np.stack([np.arange(T), np.arange(T)], axis=1)
+        stages = np.flatnonzero(in_model)
+        steps = np.stack([stages, stages], axis=1)
         if extra_steps is not None:
             steps = np.unique(np.concatenate([steps, np.asarray(extra_steps, np.int64).reshape(-1, 2)]), axis=0)
         memory_rows = add_step_memory_rows(rows, graph, R, S, F, M, room, steps)
@@ -204,6 +217,12 @@ def build_checkmate_milp(
     problem = MilpProblem(c, A, row_lb, row_ub, lb, ub, integrality)
     return CheckmateMilp(graph, budget, partitioned, problem, R, S, U, F, memory_scale, cost_scale, memory_rows,
                          time.perf_counter() - start)
+
+
+def frontier_model_columns(graph: DFGraph) -> int:
+    """How many columns the whole frontier relaxation of (9) has: R and S below the diagonal, and Free."""
+    n = graph.n
+    return n * n + int((n - 1 - graph.edges[:, 1]).clip(min=0).sum())
 
 
 def free_once_violation(milp: CheckmateMilp, x: np.ndarray) -> float:

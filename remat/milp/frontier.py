@@ -68,6 +68,8 @@ def solve_frontier_lazily(
     restart: bool = False,
     neighbourhood: tuple[Schedule, np.ndarray, np.ndarray] | None = None,
     free_once: bool = False,
+    columns: tuple[np.ndarray, np.ndarray] | None = None,
+    complete: Callable[[Schedule], Schedule] | None = None,
 ) -> LazyOutcome:
     """Optimal rematerialization (problem 9) by branch and bound on the frontier relaxation with lazy rows.
 
@@ -87,7 +89,10 @@ def solve_frontier_lazily(
     not bounds on (9). ``free_once`` adds the valid inequality of
     :func:`~remat.milp.formulation.build_checkmate_milp` that frees a value at most
     once per stage (the relaxation's LP is otherwise free to release memory never
-    allocated).
+    allocated). ``columns`` builds only those R and S columns
+    (:func:`~remat.milp.formulation.build_checkmate_milp`); ``complete`` then turns
+    the model's schedule, zero outside its columns, into a whole one (a window's
+    answer merged into its centre, :mod:`remat.milp.windows`) before ``simulate()``.
     """
     start = time.perf_counter()
     best = LazyOutcome("time_limit")
@@ -101,6 +106,8 @@ def solve_frontier_lazily(
 
     def assess(schedule: Schedule) -> np.ndarray:
         """The steps where ``schedule`` breaks the budget; keeps it as the best when it breaks none."""
+        if complete is not None:
+            schedule = complete(schedule)
         sim = simulate(graph, schedule, plan=False)
         over = violated_steps(graph, schedule, budget, sim)
         if sim.valid and not len(over) and sim.cost < best.cost - 1e-9:
@@ -115,7 +122,8 @@ def solve_frontier_lazily(
             break
         rounds += 1
         relax = build_checkmate_milp(graph, budget, free_formulation="tight", frontier_relaxation=True,
-                                     extra_steps=steps, cost_bound=cost_bound, free_once=free_once)
+                                     extra_steps=steps, cost_bound=cost_bound, free_once=free_once,
+                                     columns=columns)
         if feasibility:
             relax.problem.c[:] = 0.0
         if neighbourhood is not None:
@@ -140,7 +148,8 @@ def solve_frontier_lazily(
             on_incumbent=lambda _s, _objective, bound, report=report_bound: report(bound),
             on_solution=improving, on_bound=lambda _s, bound, report=report_bound: report(bound),
             extra=dict(options.extra), stop=options.stop)
-        x0 = relax.vector(best.schedule) if best.schedule is not None and relax.fits(best.schedule) else None
+        fits = best.schedule is not None and (complete is not None or relax.fits(best.schedule))
+        x0 = relax.vector(best.schedule) if fits else None
         out = solve_milp(relax.problem, backend, round_options, x0)
         if out.bound is not None and np.isfinite(out.bound) and not feasibility:
             best.bound = max(best.bound or -np.inf, relax.cost(out.bound))
