@@ -6,7 +6,7 @@ from brute_force import BruteForce
 
 from remat.budget import memory_lower_bound, no_recompute_peak
 from remat.generators import linear_chain, random_dag, random_training_graph
-from remat.milp.closure_eviction import drop_interval, solve_closure_eviction
+from remat.milp.closure_eviction import drop_intervals, solve_closure_eviction
 from remat.result import Status
 from remat.schedule import simulate
 from remat.strategies import get_strategy
@@ -40,12 +40,13 @@ def test_it_finds_the_optimum_where_greedy_eviction_pays_more(forward, seed, bud
     assert solve_closure_eviction(graph, budget).cost == pytest.approx(optimum)
 
 
-def test_a_value_is_left_out_between_its_readers_and_never_at_a_stage_that_reads_it():
+def test_a_value_is_left_out_between_its_readers_or_for_one_stage_and_never_where_it_is_read():
     readers = np.array([3, 7, 12])
-    assert drop_interval(readers, 1, 5) == (4, 7)
-    assert drop_interval(readers, 1, 2) == (2, 3)  # before the first reader: from just after the value itself
-    assert drop_interval(readers, 1, 7) is None  # stage 7 reads it
-    assert drop_interval(readers, 1, 12) is None  # nothing reads it later
+    assert drop_intervals(readers, 1, 5) == [(4, 7), (5, 6)]
+    assert drop_intervals(readers, 1, 6) == [(4, 7)]  # the next reader is the next stage: one way
+    assert drop_intervals(readers, 1, 2) == [(2, 3)]  # before the first reader: from just after the value itself
+    assert drop_intervals(readers, 1, 7) == []  # stage 7 reads it
+    assert drop_intervals(readers, 1, 12) == []  # nothing reads it later
 
 
 def test_it_is_registered_and_reaches_budgets_greedy_eviction_cannot_on_a_chain():

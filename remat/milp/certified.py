@@ -19,6 +19,12 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
    small exact MILP per stage, often within a fraction of a percent of the
    optimum where the LP of (9) is percents below it (a fifth of the time left,
    60 s at most).
+   Then large neighbourhood search over windows of stages
+   (:mod:`~remat.milp.windows`: each window of (9) solved exactly with the rest
+   fixed, a fifth of the time left). A graph whose whole frontier model would
+   exceed :data:`WHOLE_MODEL_COLUMNS` columns skips stages 3 and 4 (no LP, no
+   branch and bound of the whole model) and spends its time on the other
+   heuristics and on windows; its certificate is the stage-closure bound.
 3. **LP bound and rounding** (§5): the LP of the frontier relaxation of (9)
    (budget enforced at each stage's frontier step only; see
    :func:`~remat.milp.formulation.build_checkmate_milp`) is a proved lower bound,
@@ -62,11 +68,12 @@ from remat.budget import check_budget
 from remat.graph import DFGraph, GraphError
 from remat.milp.closure_bound import recomputation_lower_bound
 from remat.milp.closure_eviction import solve_closure_eviction
-from remat.milp.formulation import build_checkmate_milp, free_once_violation
+from remat.milp.formulation import build_checkmate_milp, free_once_violation, frontier_model_columns
 from remat.milp.frontier import solve_frontier_lazily
 from remat.milp.incumbent import Incumbent
 from remat.milp.local_search import search_near_schedules
 from remat.milp.rounding import DEFAULT_THRESHOLDS, rounded_schedule
+from remat.milp.windows import improve_by_windows
 from remat.result import SolveResult, Status, result_from_schedule
 from remat.schedule import Schedule
 from remat.solvers import SolverOptions, solve_milp
@@ -77,6 +84,8 @@ DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized
 
 POLL_SECONDS, INTERRUPT_GRACE = 0.05, 1.0  # how often a stoppable solve looks at its stop event; how long it waits
 CLOSURE_SHARE, CLOSURE_SECONDS = 0.2, 60.0  # the stage-closure bound's share of the time left, or its limit
+WINDOWS_SHARE, WINDOWS_SECONDS = 0.2, 120.0  # window search's share of the time left, or its limit without one
+WHOLE_MODEL_COLUMNS = 2_000_000  # larger frontier models are not built whole (no LP, no branch and bound)
 RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
 RINS_TARGET_SHARE = 0.5  # with a target (a max-batch probe) a schedule under it is what is sought, not a proof
 # The freed-at-most-once rows are kept when the LP breaks them by more than this and they lift its bound by more
@@ -172,11 +181,19 @@ def solve_ilp_certified(
             inc.offer(warm_start, "warm_start")
         names = list(heuristics) if graph.has_training_structure else []
         outcomes: list[tuple[str, str, str, dict]] = []
+        # Graphs whose whole model is too big to build get windows of it instead (remat.milp.windows).
+        whole = frontier_model_columns(graph) <= WHOLE_MODEL_COLUMNS
+        inc.milestones["whole_model"] = float(whole)
         if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size) or _closure_bound(inc, remaining, threads)
                 or _offer_closure_eviction(inc, remaining)):
-            _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
-                     SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
-        if not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
+            if whole:
+                _windows(inc, remaining, threads, verbose, WINDOWS_SHARE)
+                if not inc.decided():
+                    _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
+                             SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
+            elif not _offer_heuristics(inc, names[1:], grid_size):
+                _windows(inc, remaining, threads, verbose, 1.0)
+        if whole and not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
             racer = None
             if racing:
                 reserve_threads(engine_threads)  # from this thread: see remat.solvers.highs
@@ -260,6 +277,20 @@ def _run_until_stopped(run: Callable[[], SolveResult], inc: Incumbent, stop: thr
     return result_from_schedule("ilp", inc.graph, schedule, inc.budget, inc.elapsed(), status=Status.INTERRUPTED,
                                 lower_bound=bound, options=options, message=message,
                                 stats={"milestones": dict(inc.milestones), "incumbent_source": inc.source})
+
+
+def _windows(inc: Incumbent, remaining: Callable[[], float | None], threads: int, verbose: bool,
+             share: float) -> None:
+    """Stage 3b: large neighbourhood search over stage windows from the best schedule (:mod:`remat.milp.windows`)."""
+    schedule, cost, _ = inc.best()
+    if schedule is None:
+        return
+    left = remaining()
+    limit = WINDOWS_SECONDS if left is None else share * left
+    improve_by_windows(inc.graph, inc.budget, schedule, cost,
+                       SolverOptions(limit, threads=threads, verbose=verbose, stop=inc.stop),
+                       on_schedule=lambda found, found_cost: inc.offer(found, "windows", found_cost))
+    inc.milestones["windows"] = inc.elapsed()
 
 
 def _closure_bound(inc: Incumbent, remaining: Callable[[], float | None], threads: int) -> bool:

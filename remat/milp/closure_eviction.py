@@ -39,19 +39,25 @@ from remat.solvers import MilpProblem, RowBuilder, SolverOptions, solve_milp
 STAGE_SECONDS = 5.0  # one eviction MILP at most this long (its best point so far is used)
 
 
-def drop_interval(readers: np.ndarray, v: int, t: int) -> tuple[int, int] | None:
-    """The stages ``(first, last)`` whose ``S[., v]`` is cleared to leave ``v`` out at stage ``t``, or None.
+def drop_intervals(readers: np.ndarray, v: int, t: int) -> list[tuple[int, int]]:
+    """The ways ``(first, last)`` to leave ``v`` out at stage ``t``: ``S[first..last, v]`` cleared, ``v`` recomputed
+    in stage ``last``.
 
-    From just after the last reader at or before ``t`` (or ``v`` itself) to the
-    next reader after ``t``, which then recomputes ``v``; None if no reader comes
+    The long way runs from just after the last reader before ``t`` (or ``v``
+    itself) to the next reader after ``t``, which recomputes it; the short way
+    clears only stages ``t`` and ``t + 1`` and recomputes ``v`` in stage
+    ``t + 1``, while its inputs may still be there. None when no reader comes
     after ``t`` (nothing to leave out) or ``t`` itself reads ``v``.
     """
     later = readers[readers > t]
     if later.size == 0 or np.any(readers == t):
-        return None
+        return []
     earlier = readers[readers < t]
     first = (int(earlier.max()) if earlier.size else v) + 1
-    return first, int(later.min())
+    ways = [(first, int(later.min()))]
+    if later.min() > t + 1:
+        ways.append((t, t + 1))
+    return ways
 
 
 def recomputation_closure(graph: DFGraph, schedule: Schedule, v: int, s: int) -> list[int]:
@@ -81,12 +87,12 @@ def closure_evictions(graph: DFGraph, schedule: Schedule, t: int, excess: float,
     """The intervals ``(v, first, last)`` to leave out so that stage ``t`` frees ``excess`` bytes most cheaply.
 
     Candidates are the values carried through stage ``t`` (``S[t]`` and
-    ``S[t+1]``) that no stage of their interval (:func:`drop_interval`) reads,
+    ``S[t+1]``), each in the ways of :func:`drop_intervals` that no recomputation inside the interval reads,
     so leaving one out frees its bytes at every step of stage ``t``; its price
-    is the cost of its recomputation closure at the stage of its next reader
+    is the cost of its recomputation closure at the stage that recomputes it
     (:func:`recomputation_closure`, on the current schedule). The cheapest set
-    freeing ``excess`` bytes is a covering knapsack, solved exactly as a MILP
-    (HiGHS). Empty when no set of candidates frees enough.
+    freeing ``excess`` bytes, one way per value, is a covering knapsack, solved
+    exactly as a MILP (HiGHS). Empty when no set of candidates frees enough.
     """
     R, S = schedule.R, schedule.S
     nxt = S[t + 1] if t + 1 < graph.n else np.zeros(graph.n, bool)
@@ -95,22 +101,25 @@ def closure_evictions(graph: DFGraph, schedule: Schedule, t: int, excess: float,
     readers_computed[stages, graph.edges[edge, 0]] = True
     candidates, prices = [], []
     for v in np.flatnonzero(S[t, :t] & nxt[:t]):
-        span = drop_interval(graph.users[v], int(v), t)
-        if span is None or readers_computed[span[0]: span[1], v].any():
-            continue
-        first, last = span
-        candidates.append((int(v), first, last))
-        prices.append(float(graph.cost[recomputation_closure(graph, schedule, int(v), last)].sum()))
+        for first, last in drop_intervals(graph.users[v], int(v), t):
+            if readers_computed[first: last, v].any():
+                continue  # a recomputation inside the interval reads v
+            candidates.append((int(v), first, last))
+            prices.append(float(graph.cost[recomputation_closure(graph, schedule, int(v), last)].sum()))
     if not candidates:
         return []
-    memory = graph.memory[[v for v, _, _ in candidates]].astype(float)
-    if memory.sum() < excess:
+    values = np.array([v for v, _, _ in candidates])
+    unique, which = np.unique(values, return_inverse=True)
+    if graph.memory[unique].sum() < excess:
         return []
+    memory = graph.memory[values].astype(float)
     scale = max(max(prices), 1e-12)
     k = len(candidates)
     rows = RowBuilder(k)
     cover = rows.add([(np.array([-1]), 0.0)], excess / memory.max(), np.inf, size=1)
     rows.add_pairs(np.repeat(cover, k), np.arange(k), memory / memory.max())
+    once = rows.add([(np.full(unique.size, -1), 0.0)], -np.inf, 1.0)  # one way per value
+    rows.add_pairs(once[which], np.arange(k), 1.0)
     A, lo, hi = rows.matrix()
     problem = MilpProblem(np.array(prices) / scale, A, lo, hi, np.zeros(k), np.ones(k), np.ones(k, bool))
     solved = solve_milp(problem, "highs", SolverOptions(time_limit=max(time_limit, 1e-3), mip_gap=1e-6))
