@@ -181,17 +181,20 @@ def solve_ilp_certified(
             inc.offer(warm_start, "warm_start")
         names = list(heuristics) if graph.has_training_structure else []
         outcomes: list[tuple[str, str, str, dict]] = []
-        # Graphs whose whole model is too big to build get windows of it instead (remat.milp.windows).
+        # Graphs whose whole model is too big to build get windows of it instead (remat.milp.windows), and no
+        # baselines: each of their simulate() calls takes about a second there, and they run without a time limit.
         whole = frontier_model_columns(graph) <= WHOLE_MODEL_COLUMNS
         inc.milestones["whole_model"] = float(whole)
-        if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size) or _closure_bound(inc, remaining, threads)
-                or _offer_closure_eviction(inc, remaining)):
+        if not whole:
+            names = []
+        if not (inc.decided() or _offer_heuristics(inc, names[:1], grid_size) or _offer_closure_eviction(inc, remaining)
+                or _closure_bound(inc, remaining, threads)):
             if whole:
                 _windows(inc, remaining, threads, verbose, WINDOWS_SHARE)
                 if not inc.decided():
                     _improve(inc, names[1:], grid_size, thresholds, allowances if use_lp else None, local_search,
                              SolverOptions(remaining(), threads=threads, verbose=verbose), remaining)
-            elif not _offer_heuristics(inc, names[1:], grid_size):
+            else:
                 _windows(inc, remaining, threads, verbose, 1.0)
         if whole and not inc.decided() and (time_limit is None or inc.elapsed() < time_limit):
             racer = None
@@ -312,7 +315,8 @@ def _offer_closure_eviction(inc: Incumbent, remaining: Callable[[], float | None
     """Stage 2c: the closure-eviction schedule (:mod:`remat.milp.closure_eviction`); True once decided."""
     left = remaining()
     limit = CLOSURE_SECONDS if left is None else min(CLOSURE_SECONDS, CLOSURE_SHARE * left)
-    result = solve_closure_eviction(inc.graph, inc.budget, time_limit=limit)
+    result = solve_closure_eviction(inc.graph, inc.budget, time_limit=limit,
+                                    on_schedule=lambda schedule, cost: inc.offer(schedule, "closure_eviction", cost))
     if result.has_schedule:
         inc.offer(result.schedule, "closure_eviction", result.cost)
     return inc.decided()

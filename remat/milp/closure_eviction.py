@@ -26,6 +26,7 @@ choices can cascade into long recomputation chains.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -134,8 +135,14 @@ def _schedule(graph: DFGraph, S: np.ndarray) -> tuple[Schedule, Simulation]:
 
 
 def solve_closure_eviction(graph: DFGraph, budget: float, time_limit: float | None = None,
-                           max_rounds: int | None = None, **_: object) -> SolveResult:
-    """Evict by the stage-closure MILP at the most exceeded frontier step until the budget holds (module docstring)."""
+                           max_rounds: int | None = None,
+                           on_schedule: Callable[[Schedule, float], None] | None = None,
+                           **_: object) -> SolveResult:
+    """Leave out the cheapest values at the most exceeded stage until the budget holds (module docstring).
+
+    ``time_limit`` covers both passes; ``on_schedule(schedule, cost)`` hears the
+    first schedule within the budget at once, before the restoring pass.
+    """
     start = time.perf_counter()
     schedule = checkpoint_all_schedule(graph)
     sim = simulate(graph, schedule, plan=False)
@@ -157,9 +164,13 @@ def solve_closure_eviction(graph: DFGraph, budget: float, time_limit: float | No
         drops += new
         schedule, sim = _schedule(graph, S)
         rounds += 1
+    if sim.within(budget) and on_schedule is not None:
+        on_schedule(schedule, sim.cost)
     if sim.within(budget):
-        # Restore each interval the budget no longer needs, most expensive recomputation first.
+        # Restore each interval the budget no longer needs, most expensive recomputation first, while time is left.
         for v, first, last in sorted(drops, key=lambda d: -graph.cost[d[0]]):
+            if time_limit is not None and time.perf_counter() - start > time_limit:
+                break
             trial_S = S.copy()
             trial_S[first: last + 1, v] = full[first: last + 1, v]
             trial, trial_sim = _schedule(graph, trial_S)
