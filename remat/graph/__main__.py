@@ -34,12 +34,10 @@ def main(argv: list[str] | None = None) -> int:
             save_graph(graph, args.target, args.fmt)
             print(f"{args.source}: {graph.n} nodes, {graph.m} edges -> {args.target} ({args.fmt})")
         else:
-            from remat.budget import no_recompute_peak
-
             loss = f"loss node {graph.loss} ({graph.names[graph.loss]!r})" if graph.loss is not None else "no loss"
             print(f"{graph.name}: {graph.n} nodes, {graph.m} edges, {loss}, batch {graph.batch_size}, "
                   f"cost unit {graph.cost_unit}, total cost {graph.total_cost:g}, "
-                  f"no-recomputation peak {no_recompute_peak(graph):.0f} B, constant {graph.constant_memory} B")
+                  f"total memory {int(graph.memory.sum())} B, constant {graph.constant_memory} B")
     except (GraphError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
