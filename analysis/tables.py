@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.data import MissingResults, latest_cells, read, with_schedule
-from analysis.figures import SWEEP_KEY
+from analysis.figures import SWEEP_KEY, ours
 from analysis.style import label, ordered
 
 
@@ -44,7 +44,7 @@ def _tex(value: str) -> str:
 
 
 def table2_approx_ratio(results: Path, out: Path) -> pd.DataFrame:
-    frame = latest_cells(read(results, "approx_ratio"), SWEEP_KEY)
+    frame = ours(latest_cells(read(results, "approx_ratio"), SWEEP_KEY))
     ok = with_schedule(frame)
     ilp = ok[(ok["strategy"] == "ilp") & (ok["status"] == "optimal")][["graph", "budget_spec", "cost"]]
     if ilp.empty:
@@ -63,7 +63,7 @@ def table2_approx_ratio(results: Path, out: Path) -> pd.DataFrame:
 
 
 def overhead_at_platform(results: Path, out: Path) -> pd.DataFrame:
-    frame = latest_cells(read(results, "budget_sweep"), SWEEP_KEY)
+    frame = ours(latest_cells(read(results, "budget_sweep"), SWEEP_KEY))
     ok = with_schedule(frame)
     ok = ok[ok["budget"] <= ok["platform_memory"]]
     table = ok.groupby(["strategy", "graph"])["overhead"].min().unstack("graph")
@@ -77,7 +77,8 @@ def overhead_at_platform(results: Path, out: Path) -> pd.DataFrame:
 
 
 def max_batch_table(results: Path, out: Path) -> pd.DataFrame:
-    frame = latest_cells(read(results, "max_batch"), ["graph", "strategy", "solver", "time_limit", "platform"])
+    frame = ours(latest_cells(read(results, "max_batch"), ["graph", "strategy", "solver", "time_limit", "platform",
+                                                            "accounting"]))
     table = frame.pivot_table(index="strategy", columns="graph", values="max_batch", aggfunc="max")
     # A search that ran out of time proved only a lower end: mark those values rather than pass them off as exact.
     best = frame.sort_values("max_batch").drop_duplicates(["strategy", "graph"], keep="last")
@@ -100,7 +101,7 @@ def max_batch_table(results: Path, out: Path) -> pd.DataFrame:
 
 
 def rounding_table(results: Path, out: Path) -> pd.DataFrame:
-    frame = latest_cells(read(results, "rounding"), SWEEP_KEY)
+    frame = ours(latest_cells(read(results, "rounding"), SWEEP_KEY))
     ilp = with_schedule(frame[frame["strategy"] == "ilp"])[["graph", "budget_spec", "cost"]]
     rows = []
     for (graph, budget), cell in frame[frame["strategy"] != "ilp"].groupby(["graph", "budget_spec"]):

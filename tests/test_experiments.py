@@ -224,8 +224,8 @@ def test_quick_sweep_on_a_reference_graph_end_to_end(tmp_path: Path, mlflow_temp
 
     ax = fig5_budget_sweep(tmp_path, tmp_path / "figs").axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert len(lines["Checkmate ILP"].get_xdata()) == 2
-    assert len(lines["Checkpoint all"].get_xdata()) == 1
+    assert 2 <= len(lines["Checkmate ILP"].get_xdata()) <= 3  # its two schedules' peaks (if both lower it) + edge
+    assert len(lines["Checkpoint all"].get_xdata()) == 2  # one point, then flat
 
 
 # ---------------------------------------------------------------------- other experiments
