@@ -10,9 +10,27 @@ import numpy as np
 import pandas as pd
 
 from analysis.data import MissingResults, latest_cells, read, with_schedule
-from analysis.style import GIB, PLATFORM_STYLE, color, label, ordered, platform_label, save
+from analysis.style import (
+    GIB,
+    PLATFORM_STYLE,
+    caption,
+    color,
+    cost_unit_label,
+    label,
+    ordered,
+    platform_label,
+    save,
+)
 
-SWEEP_KEY = ["graph", "cost_model", "batch_size", "strategy", "solver", "time_limit", "budget_spec", "seed"]
+SWEEP_KEY = ["graph", "cost_model", "batch_size", "strategy", "solver", "time_limit", "budget_spec", "seed",
+             "accounting"]
+# The paper's Fig. 5 panels (a) VGG16, (b) MobileNet, (c) U-Net come first; the other reference graphs follow.
+PAPER_FIG5 = ("vgg16", "mobilenet", "vgg_unet")
+
+
+def ours(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows run under our accounting (all rows of files that predate the accounting column)."""
+    return frame[frame["accounting"].fillna("ours") == "ours"] if "accounting" in frame.columns else frame
 
 
 def _plt() -> Any:
@@ -71,65 +89,116 @@ def _clip_overhead(ax: Any, solved: pd.DataFrame) -> None:
                 transform=ax.transAxes, ha="left", va="top", fontsize=7)
 
 
+def best_within(points: pd.DataFrame, right: float) -> tuple[np.ndarray, np.ndarray]:
+    """The least overhead a strategy reaches within each memory: a step curve over its schedules' peaks.
+
+    ``points`` holds ``peak_memory`` and ``overhead`` of its schedules (any budgets); the curve steps down at each
+    peak that lowers the least overhead so far and runs on to ``right`` (bytes).
+    """
+    by_peak = points.groupby("peak_memory")["overhead"].min().sort_index()
+    x, y = by_peak.index.to_numpy(float), np.minimum.accumulate(by_peak.to_numpy(float))
+    keep = np.r_[True, y[1:] < y[:-1] - 1e-12]
+    x, y = x[keep], y[keep]
+    return np.r_[x, max(right, x[-1])], np.r_[y, y[-1]]
+
+
 def fig5_budget_sweep(results: Path, out: Path) -> Any:
-    """Fig. 5: overhead versus memory budget, one panel per graph, one line per strategy."""
+    """Fig. 5: overhead versus memory, one panel per reference graph, one step curve per strategy.
+
+    Each curve is the least overhead the strategy's schedules reach within the memory on the x axis (their
+    simulated peaks, from every budget of the sweep), so a strategy with no knob - checkpoint all, sqrt(n) -
+    shows as the one point its schedule needs and a flat line to its right. Rows of our accounting only.
+    """
     plt = _plt()
-    frame = latest_cells(read(results, "budget_sweep"), SWEEP_KEY)
+    frame = ours(latest_cells(read(results, "budget_sweep"), SWEEP_KEY))
     ok = with_schedule(frame)
-    graphs = list(dict.fromkeys(frame["graph"]))
+    graphs = sorted(dict.fromkeys(frame["graph"]), key=lambda g: (PAPER_FIG5.index(g) if g in PAPER_FIG5 else 9, g))
     fig, axes = _grid(plt, len(graphs))
     for ax, graph in zip(axes, graphs):
         sub = ok[ok["graph"] == graph]
+        right = float(sub["peak_memory"].max()) if len(sub) else 0.0
         for strategy in ordered(sub["strategy"]):
-            pts = sub[sub["strategy"] == strategy].groupby("budget", as_index=False)["overhead"].mean()
-            pts = pts.sort_values("budget")
-            ax.plot(pts["budget"] / GIB, pts["overhead"], marker="o", markersize=3, linewidth=1.2,
-                    color=color(strategy), label=label(strategy))
+            x, y = best_within(sub[sub["strategy"] == strategy], right)
+            ax.plot(x / GIB, y, drawstyle="steps-post", markevery=list(range(len(x) - 1)), color=color(strategy),
+                    label=label(strategy), **_curve_style(strategy, len(x) == 2))
         _clip_overhead(ax, sub)
         platform = _platform(frame[frame["graph"] == graph])
         if platform:
             _reference_line(ax, "x", platform)
         info = frame[frame["graph"] == graph].iloc[0]
-        ax.set_title(f"{graph} (batch {info['batch_size']:.0f}, cost: {info['cost_unit']})", fontsize=9)
-        ax.set_xlabel("Memory budget (GiB)")
+        panel = f"({'abc'[PAPER_FIG5.index(graph)]}) " if graph in PAPER_FIG5 else ""
+        ax.set_title(f"{panel}{graph} (batch {info['batch_size']:.0f}, cost: {cost_unit_label(info['cost_unit'])})",
+                     fontsize=9)
+        ax.set_xlabel("Memory: schedule peak (GiB)")
         ax.set_ylabel("Overhead (× checkpoint-all cost)")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
-    fig.suptitle("Computational overhead vs memory budget (Fig. 5)")
+    fig.suptitle("Computational overhead vs memory (Fig. 5): least overhead within each memory")
     fig.tight_layout()
-    save(fig, out, "fig5_budget_sweep")
+    save(fig, out, "fig5_budget_sweep", caption("python -m analysis fig5", _inputs(frame, "budget_sweep.csv")))
     return fig
 
 
+def _curve_style(strategy: str, single: bool) -> dict[str, Any]:
+    """On a chain Chen's rules give the same schedules as their AP and linearized generalisations: draw them dashed
+    on top so they stay visible; checkpoint all is a large star above everything."""
+    if strategy == "checkpoint_all":
+        return {"marker": "*", "markersize": 12, "linewidth": 1.2, "zorder": 6}
+    if strategy.startswith("chen_"):
+        return {"marker": "D", "markersize": 6 if single else 3, "linestyle": "--", "linewidth": 1.6, "zorder": 5}
+    return {"marker": "o", "markersize": 7 if single else 3, "linewidth": 1.2, "zorder": 3}
+
+
+def _inputs(frame: pd.DataFrame, name: str) -> str:
+    profiles = sorted(set(frame["profile"].dropna().astype(str))) if "profile" in frame else []
+    return f"results/{name}" + (f" (profile {', '.join(p for p in profiles if p)})" if any(profiles) else "")
+
+
+ACCOUNTING_TITLES = {
+    "ours": "our accounting: the budget is the whole device, simulate()",
+    "paper": "the artifact's: 16 GB, MILP at 16 GB − 2P, its baselines at 16 GB − 4P",
+}
+
+
 def fig6_max_batch(results: Path, out: Path) -> Any:
-    """Fig. 6: maximum batch size per graph and strategy at the platform's memory."""
+    """Fig. 6: maximum batch size per graph and strategy at the platform's memory, one panel per accounting."""
     plt = _plt()
-    frame = latest_cells(read(results, "max_batch"), ["graph", "strategy", "solver", "time_limit", "platform"])
-    frame = frame[frame["max_batch"].notna()]
+    frame = read(results, "max_batch")
+    if "accounting" not in frame.columns:
+        frame["accounting"] = "ours"
+    frame["accounting"] = frame["accounting"].fillna("ours")
+    frame = latest_cells(frame, ["graph", "strategy", "solver", "time_limit", "platform", "accounting"])
+    frame = frame[frame["max_batch"].notna() & (frame["max_batch"] > 0)]
     if frame.empty:
         raise MissingResults(f"{results / 'max_batch.csv'} has no solved cells: run the max_batch stage first")
     graphs = list(dict.fromkeys(frame["graph"]))
     strategies = ordered(frame["strategy"])
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(graphs) * max(1, len(strategies)) / 3), 4.0))
+    kinds = [a for a in ("ours", "paper") if a in set(frame["accounting"])]
+    width_in = max(6.0, 1.3 * len(graphs) * max(1, len(strategies)) / 3)
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(width_in, 4.0 * len(kinds)), squeeze=False)
     width = 0.8 / len(strategies)
-    for j, strategy in enumerate(strategies):
-        sub = frame[frame["strategy"] == strategy].set_index("graph")
-        values = [float(sub.loc[g, "max_batch"]) if g in sub.index else 0.0 for g in graphs]
-        bars = ax.bar(np.arange(len(graphs)) + (j - (len(strategies) - 1) / 2) * width, values, width,
-                      color=color(strategy), label=label(strategy))
-        # Values on the bars: U-Net's batches are tiny next to MobileNet's; "+" marks a search that ran out of time.
-        open_ended = [g in sub.index and sub.loc[g].get("status") == "time_limit" for g in graphs]
-        ax.bar_label(bars, [f"{v:.0f}{'+' if o else ''}" if v else "" for v, o in zip(values, open_ended, strict=True)],
-                     fontsize=6, padding=1)
-    ax.set_xticks(np.arange(len(graphs)), graphs, rotation=20)
-    ax.set_ylabel("Maximum batch size (samples)")
-    platform = _platform(frame)
-    ax.set_title("Maximum batch size at " + (platform_label(*platform) if platform else "the platform memory")
-                 + ", cost ≤ one extra forward pass (Fig. 6)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(axis="y", alpha=0.3)
+    for ax, kind in zip(axes[:, 0], kinds):
+        part = frame[frame["accounting"] == kind]
+        for j, strategy in enumerate(strategies):
+            sub = part[part["strategy"] == strategy].set_index("graph")
+            values = [float(sub.loc[g, "max_batch"]) if g in sub.index else 0.0 for g in graphs]
+            bars = ax.bar(np.arange(len(graphs)) + (j - (len(strategies) - 1) / 2) * width, values, width,
+                          color=color(strategy), label=label(strategy))
+            # Values on the bars: U-Net's batches are tiny next to MobileNet's; "+" marks a search out of time.
+            open_ended = [g in sub.index and sub.loc[g].get("status") == "time_limit" for g in graphs]
+            ax.bar_label(bars, [f"{v:.0f}{'+' if o else ''}" if v else ""
+                                for v, o in zip(values, open_ended, strict=True)], fontsize=6, padding=1)
+        ax.set_xticks(np.arange(len(graphs)), graphs, rotation=20)
+        ax.set_ylabel("Maximum batch size (samples)")
+        platform = _platform(part)
+        where = platform_label(*platform) if platform else "the platform memory"
+        title = f"at {where}, cost ≤ one extra forward pass (Fig. 6)"
+        ax.set_title(f"Maximum batch size {title}" + (f"\n{ACCOUNTING_TITLES[kind]}" if len(kinds) > 1 else ""),
+                     fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save(fig, out, "fig6_max_batch")
+    save(fig, out, "fig6_max_batch", caption("python -m analysis fig6", _inputs(frame, "max_batch.csv")))
     return fig
 
 
@@ -151,7 +220,7 @@ def fig7_schedules(results: Path, out: Path) -> Any:
             ax.set_ylabel("Stage t")
     fig.suptitle("Schedules: R and S matrices (Fig. 7)")
     fig.tight_layout()
-    save(fig, out, "fig7_schedules")
+    save(fig, out, "fig7_schedules", caption("python -m analysis fig7", "results/schedules/*.npz"))
     return fig
 
 
@@ -183,7 +252,7 @@ def fig1_memory(results: Path, out: Path) -> Any:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    save(fig, out, "fig1_memory")
+    save(fig, out, "fig1_memory", caption("python -m analysis fig1", _inputs(frame, "schedules.csv")))
     return fig
 
 
@@ -210,7 +279,8 @@ def fig3_activation_memory(results: Path, out: Path) -> Any:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save(fig, out, "fig3_activation_memory")
+    save(fig, out, "fig3_activation_memory",
+         caption("python -m analysis fig3", _inputs(frame, "activation_memory.csv")))
     return fig
 
 

@@ -3,7 +3,10 @@
 A batch size counts when the strategy's schedule fits the memory with at most one
 extra forward pass of cost (eq. 10). The search itself is the library's
 ``remat.maxbatch.search.max_batch_size(graph, budget, strategy, ...)``.
-Figure: ``python -m analysis fig6``.
+Under ``accounting=paper`` (or ``accountings: [ours, paper]`` in the grid) the
+device is 16e9 bytes, the MILP searches ``16e9 - 2P`` and the baselines are the
+artifact's, searched at ``16e9 - 4P`` (:func:`remat.paper.artifact_max_batch`):
+what the paper's Fig. 6 measured. Figure: ``python -m analysis fig6``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from experiments.accounting import accountings, device_memory, graph_for
 from experiments.common import (
     PROJECT_ROOT,
     InputError,
@@ -29,14 +33,15 @@ from experiments.common import (
 )
 from experiments.graphs import load_spec
 from experiments.solving import SOLVER_OPTIONS, SOLVER_STRATEGIES, missing_strategies
-from experiments.sweep import results_file, settings, solver_settings
+from experiments.sweep import add_column, results_file, settings, solver_settings
 from experiments.tracking import Tracker
 
 log = logging.getLogger(__name__)
 COLUMNS = ["experiment", "profile", "graph", "cost_unit", "n_nodes", "strategy", "solver", "time_limit", "platform",
-           "platform_memory", "graph_batch_size", "status", "max_batch", "smallest_infeasible", "cost", "solve_time",
+           "platform_memory", "accounting", "budget", "graph_batch_size", "status", "max_batch", "smallest_infeasible",
+           "cost", "solve_time",
            "message", "remat_version", "solver_version", "torch_version", "timestamp"]
-KEY = ["graph", "strategy", "solver", "time_limit", "platform"]
+KEY = ["graph", "strategy", "solver", "time_limit", "platform", "accounting"]
 
 
 def platform_memory(name: str) -> int:
@@ -66,15 +71,17 @@ def main(cfg: Any, output_dir: Path) -> Path:
     strategies = [s for s in strategies if s not in missing]
     solver = solver_settings(cfg, grid)
     out = results_file(cfg, grid["name"])
+    add_column(out, "accounting", "ours")
     done = done_keys(out, KEY)
     tracker = Tracker(cfg.get("mlflow"))
-    cells = [(g, s, p) for g in graphs for s in strategies for p in platforms]
+    cells = [(g, s, p, a) for a in accountings(cfg, grid) for g in graphs for s in strategies for p in platforms]
     graphs_loaded: dict[str, Any] = {}
-    for spec, strategy, platform in tqdm(cells, desc="max_batch", unit="cell"):
+    for spec, strategy, platform, accounting in tqdm(cells, desc="max_batch", unit="cell"):
         uses = strategy in SOLVER_STRATEGIES
         row = {"experiment": grid["name"], "profile": grid.get("profile") or "", "graph": spec, "strategy": strategy,
                "solver": solver["backend"] if uses else "", "time_limit": solver.get("time_limit") if uses else None,
-               "platform": platform, "platform_memory": platform_memory(platform)}
+               "platform": platform, "platform_memory": device_memory(platform_memory(platform), accounting),
+               "accounting": accounting}
         if row_key(row, KEY) in done:
             continue
         if spec not in graphs_loaded:
@@ -93,7 +100,7 @@ def main(cfg: Any, output_dir: Path) -> Path:
             options = {k: v for k, v in options.items() if k in params}
         start = time.perf_counter()
         try:
-            answer = max_batch_size(graph, float(row["platform_memory"]), strategy, **options)
+            answer = _search(graph, float(row["platform_memory"]), strategy, accounting, max_batch_size, options)
             row.update(_unpack(answer))
         except Exception as exc:  # record the failed cell and carry on
             log.warning("max_batch %s %s failed: %s", spec, strategy, exc,
@@ -101,8 +108,27 @@ def main(cfg: Any, output_dir: Path) -> Path:
             row.update(status="error", message=f"{type(exc).__name__}: {exc}")
         row.setdefault("solve_time", time.perf_counter() - start)
         append_row(out, row, COLUMNS, replace_key=KEY)
-        tracker.log(grid["name"], row, run_name=f"{spec}/{strategy}/{platform}")
+        tracker.log(grid["name"], row, run_name=f"{spec}/{strategy}/{platform}/{accounting}")
     return out
+
+
+def _search(graph: Any, memory: float, strategy: str, accounting: str, search: Any, options: dict[str, Any]) -> Any:
+    """One cell's answer: our search, or under the paper's accounting its budgets and the artifact's baselines."""
+    if accounting != "paper":
+        return {**_unpack(search(graph, memory, strategy, **options)), "budget": memory}
+    from remat.paper import ARTIFACT_BASELINES, artifact_max_batch, paper_budget, parameter_bytes
+
+    P = parameter_bytes(graph)
+    plain = graph_for(graph, accounting)
+    role = "solver" if strategy in SOLVER_STRATEGIES else "max_batch_baseline"
+    budget = paper_budget(memory, P, role)
+    if strategy in ARTIFACT_BASELINES:
+        t0 = time.perf_counter()
+        batch, _ = artifact_max_batch(plain, budget, strategy)
+        return {"max_batch": batch, "smallest_infeasible": None, "budget": budget,
+                "solve_time": time.perf_counter() - t0, "status": "optimal" if batch else "infeasible",
+                "message": "the artifact's baseline at 16e9 - 4P (its max-batch search subtracted P twice)"}
+    return {**_unpack(search(plain, budget, strategy, **options)), "budget": budget}
 
 
 def _log_probe(cell: str, probe: dict[str, Any]) -> None:
@@ -112,7 +138,10 @@ def _log_probe(cell: str, probe: dict[str, Any]) -> None:
 
 
 def _unpack(answer: Any) -> dict[str, Any]:
-    """Accept an int or a result object with the batch size and, optionally, status/cost/solve_time/message."""
+    """Accept an int, a dict of row fields, or a result object with the batch size and, optionally,
+    status/cost/solve_time/message."""
+    if isinstance(answer, dict):
+        return answer
     if isinstance(answer, (int, float)):
         return {"max_batch": int(answer), "status": "feasible" if answer > 0 else "infeasible"}
     out: dict[str, Any] = {}

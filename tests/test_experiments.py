@@ -224,8 +224,8 @@ def test_quick_sweep_on_a_reference_graph_end_to_end(tmp_path: Path, mlflow_temp
 
     ax = fig5_budget_sweep(tmp_path, tmp_path / "figs").axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert len(lines["Checkmate ILP"].get_xdata()) == 2
-    assert len(lines["Checkpoint all"].get_xdata()) == 1
+    assert 2 <= len(lines["Checkmate ILP"].get_xdata()) <= 3  # its two schedules' peaks (if both lower it) + edge
+    assert len(lines["Checkpoint all"].get_xdata()) == 2  # one point, then flat
 
 
 # ---------------------------------------------------------------------- other experiments
@@ -240,11 +240,17 @@ def test_integrality_gap_partitioned_vs_unpartitioned(tmp_path: Path) -> None:
     for r in rows:
         if r["ilp_status"] == "optimal":
             assert float(r["lp_value"]) <= float(r["ilp_cost"]) + 1e-6
-            assert float(r["integrality_gap"]) >= 1 - 1e-9
+        # The gap is printed only against a proved optimum, and it is that optimum over the LP bound.
+        if r["integrality_gap"]:
+            assert r["optimum_proof"] != "open"
+            assert float(r["integrality_gap"]) == pytest.approx(float(r["optimum"]) / float(r["lp_value"]))
+            assert float(r["pebbling_bound"]) <= float(r["optimum"]) + 1e-9
     for a, b in zip(rows[::2], rows[1::2]):  # dropping frontier-advancing can only lower the optimum
         if a["ilp_status"] == b["ilp_status"] == "optimal":
             assert float(b["ilp_cost"]) <= float(a["ilp_cost"]) + 1e-6
         assert int(b["variables"]) > int(a["variables"])
+        # On the linear chain the pebble game meets the partitioned optimum: both variants' optima are proved equal.
+        assert a["optimum_proof"] == "milp" and b["optimum"] == a["optimum"]
 
 
 def test_schedules_saves_matrices_and_memory_timeline(graph_file: Path, tmp_path: Path) -> None:

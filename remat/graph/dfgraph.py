@@ -290,18 +290,11 @@ def find_cycle(n: int, edges: np.ndarray) -> list[int]:
     return []
 
 
-def topologically_sorted(
-    names: Sequence[str],
-    cost: Sequence[float],
-    memory: Sequence[float],
-    edges: Sequence[tuple[int, int]],
-    **kwargs: Any,
-) -> DFGraph:
-    """Build a DFGraph from a DAG whose ids are not in topological order, renumbering them.
+def topological_order(n: int, edges: np.ndarray) -> list[int]:
+    """Kahn's algorithm taking the smallest ready id first: ids already in topological order come back unchanged.
 
-    Ties keep the original id order, so an already-sorted graph is unchanged.
+    Raises GraphError naming a cycle if there is one.
     """
-    n = len(names)
     arr = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     cycle = find_cycle(n, arr)
     if cycle:
@@ -323,6 +316,23 @@ def topologically_sorted(
             indeg[j] -= 1
             if indeg[j] == 0:
                 heapq.heappush(ready, j)
+    return order
+
+
+def topologically_sorted(
+    names: Sequence[str],
+    cost: Sequence[float],
+    memory: Sequence[float],
+    edges: Sequence[tuple[int, int]],
+    **kwargs: Any,
+) -> DFGraph:
+    """Build a DFGraph from a DAG whose ids are not in topological order, renumbering them.
+
+    Ties keep the original id order, so an already-sorted graph is unchanged.
+    """
+    n = len(names)
+    arr = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    order = topological_order(n, arr)
     new_id = np.empty(n, np.int64)
     new_id[order] = np.arange(n)
     loss = kwargs.pop("loss", None)

@@ -8,11 +8,11 @@ Short names (``vgg16``, ``vgg_unet``, ...) resolve to files there.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from remat.graph.dfgraph import DFGraph, GraphError
 from remat.graph.formats import load_graph
+from remat.graph.nodelink import reference_short_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_GRAPHS = ("vgg16", "vgg19", "mobilenet", "resnet50", "fcn8_vgg", "segnet", "vgg_unet")
@@ -36,9 +36,9 @@ def reference_graph_path(short_name: str) -> Path:
             f"reference graph directory {str(d)!r} does not exist: set REMAT_GRAPHS_DIR to the folder "
             f"holding the Checkmate node-link graphs"
         )
-    matches = sorted(p for p in d.glob("*.json") if _short_name(p) == short_name)
+    matches = sorted(p for p in d.glob("*.json") if reference_short_name(p.stem) == short_name)
     if not matches:
-        known = ", ".join(sorted(_short_name(p) for p in d.glob("*.json")))
+        known = ", ".join(sorted(reference_short_name(p.stem) for p in d.glob("*.json")))
         raise GraphError(f"no reference graph named {short_name!r} in {d}; known: {known}")
     return matches[0]
 
@@ -55,6 +55,3 @@ def resolve_graph(spec: str | Path) -> DFGraph:
         return load_graph(spec_str)
     return load_reference_graph(spec_str)
 
-
-def _short_name(path: Path) -> str:
-    return re.sub(r"_b\d+_\d+x\d+$", "", path.stem)
