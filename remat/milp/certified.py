@@ -18,13 +18,11 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
    must be computed again with every input behind it that is not resident - a
    small exact MILP per stage, often within a fraction of a percent of the
    optimum where the LP of (9) is percents below it (a fifth of the time left,
-   60 s at most).
-   Then large neighbourhood search over windows of stages
+   60 s at most). Then large neighbourhood search over windows of stages
    (:mod:`~remat.milp.windows`: each window of (9) solved exactly with the rest
-   fixed, a fifth of the time left). A graph whose whole frontier model would
-   exceed :data:`WHOLE_MODEL_COLUMNS` columns skips stages 3 and 4 (no LP, no
-   branch and bound of the whole model) and spends its time on the other
-   heuristics and on windows; its certificate is the stage-closure bound.
+   fixed, a fifth of the time left). A graph whose frontier model would exceed
+   :data:`WHOLE_MODEL_COLUMNS` columns skips stages 3 and 4 and spends all its
+   time on windows; its certificate is the stage-closure bound.
 3. **LP bound and rounding** (§5): the LP of the frontier relaxation of (9)
    (budget enforced at each stage's frontier step only; see
    :func:`~remat.milp.formulation.build_checkmate_milp`) is a proved lower bound,
@@ -35,15 +33,11 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
    incumbents. Last, RINS local search from every schedule found so far
    (:mod:`~remat.milp.local_search`, a tenth of the time left at most)
    often reaches the optimum, which shortens the proof below several-fold.
-   When the LP frees some value more than once in a stage (releasing one
-   tensor's bytes after each of its readers), the valid inequality that a
-   value is freed at most once and only if present (``free_once`` of
-   :func:`~remat.milp.formulation.build_checkmate_milp`) is added and the LP
-   solved again; if that raises the bound, every later model keeps it. On
-   SegNet at 0.5 of the no-recomputation peak it lifts the frontier LP bound
-   from 1.006 to 1.052 x the total cost and the proof takes 29 s instead of
-   436 s; where it does not raise the LP bound its rows only slow branch and
-   bound (ResNet50's cells by 10-40 %), so they are left out there.
+   When the LP frees some value more than once in a stage, the valid rows that
+   a value is freed at most once and only if present (``free_once`` of
+   :func:`~remat.milp.formulation.build_checkmate_milp`) are added and the LP
+   solved again; every later model keeps them if they raised the bound (SegNet
+   at 0.5: frontier LP bound 1.006 -> 1.052 x, proof 29 s instead of 436 s).
 4. **Branch and bound** warm-started from the best schedule so far, with the
    requested relative gap and what is left of the time limit: by default on the
    frontier relaxation, tightened lazily where its answer breaks the budget
@@ -53,7 +47,8 @@ sooner, in stages, stopping as soon as ``cost <= (1 + mip_gap) * lower bound``:
 
 The answer is ``optimal`` when the gap to the best proved bound is within
 ``mip_gap``, ``feasible`` otherwise, ``infeasible`` only with a proof (memory
-bound, LP or MILP infeasibility), ``time_limit`` when no schedule was found.
+bound, LP or MILP infeasibility), ``time_limit`` when no schedule was found,
+``interrupted`` when a ``stop`` event (:mod:`~remat.milp.stoppable`) ended it.
 """
 
 from __future__ import annotations
@@ -73,6 +68,7 @@ from remat.milp.frontier import solve_frontier_lazily
 from remat.milp.incumbent import Incumbent
 from remat.milp.local_search import search_near_schedules
 from remat.milp.rounding import DEFAULT_THRESHOLDS, rounded_schedule
+from remat.milp.stoppable import run_until_stopped
 from remat.milp.windows import improve_by_windows
 from remat.result import SolveResult, Status, result_from_schedule
 from remat.schedule import Schedule
@@ -82,14 +78,14 @@ from remat.solvers.highs import reserve_threads
 DEFAULT_HEURISTICS = ("eviction_greedy", "chen_greedy", "ap_greedy", "linearized_greedy")
 
 
-POLL_SECONDS, INTERRUPT_GRACE = 0.05, 1.0  # how often a stoppable solve looks at its stop event; how long it waits
 CLOSURE_SHARE, CLOSURE_SECONDS = 0.2, 60.0  # the stage-closure bound's share of the time left, or its limit
 WINDOWS_SHARE, WINDOWS_SECONDS = 0.2, 120.0  # window search's share of the time left, or its limit without one
 WHOLE_MODEL_COLUMNS = 2_000_000  # larger frontier models are not built whole (no LP, no branch and bound)
-RINS_SHARE, RINS_SECONDS = 0.1, 60.0  # local search's share of the time left, or its limit without one
-RINS_TARGET_SHARE = 0.5  # with a target (a max-batch probe) a schedule under it is what is sought, not a proof
-# The freed-at-most-once rows are kept when the LP breaks them by more than this and they lift its bound by more
-# than this fraction (they slow branch and bound where they do not: ResNet50's cells by 10-40 %).
+# Local search's share of the time left and its limit; with a target (a max-batch probe) a schedule under it is
+# what is sought, not a proof, so it gets RINS_TARGET_SHARE.
+RINS_SHARE, RINS_SECONDS, RINS_TARGET_SHARE = 0.1, 60.0, 0.5
+# Freed-at-most-once rows are kept when the LP breaks them by more than this and they lift its bound by more than
+# this fraction (they slow branch and bound where they do not: ResNet50's cells by 10-40 %).
 FREE_ONCE_TOLERANCE, FREE_ONCE_GAIN = 1e-6, 1e-4
 
 # Exact last-stage engines: (model, HiGHS settings). Racing two that differ only in a setting pays because
@@ -234,52 +230,17 @@ def solve_ilp_certified(
             message = f"stopped: no schedule costs at most the target {target:.6g} (lower bound {inc.bound:.6g})"
         if inc.schedule is None:
             errors = [m for _, status, m, _ in outcomes if status == "error"]
-            return SolveResult("ilp", Status.ERROR if errors else Status.TIME_LIMIT, budget, solve_time=inc.elapsed(),
+            ended = Status.INTERRUPTED if inc.interrupted else Status.TIME_LIMIT
+            return SolveResult("ilp", Status.ERROR if errors else ended, budget, solve_time=inc.elapsed(),
                                lower_bound=inc.bound, message=message, options=options, stats=stats)
-        status = Status.OPTIMAL if inc.certified() else Status.FEASIBLE
+        # A stop that came while the worker could still finish ends it early: say so unless it is proved anyway.
+        status = Status.OPTIMAL if inc.certified() else Status.INTERRUPTED if inc.interrupted else Status.FEASIBLE
         return result_from_schedule("ilp", graph, inc.schedule, budget, inc.elapsed(), status=status,
                                     lower_bound=inc.bound, options=options, stats=stats, message=message)
 
     if stop is None:
         return run()
-    return _run_until_stopped(run, inc, stop, options)
-
-
-def _run_until_stopped(run: Callable[[], SolveResult], inc: Incumbent, stop: threading.Event,
-                       options: dict) -> SolveResult:
-    """``run()`` in a worker thread, returning within :data:`INTERRUPT_GRACE` seconds once ``stop`` is set.
-
-    The calling thread waits in short steps, so it keeps handling signals.
-    """
-    box: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = run()
-        except BaseException as exc:  # raised again in the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name="remat-ilp", daemon=True)
-    worker.start()
-    while worker.is_alive() and not stop.is_set():
-        worker.join(POLL_SECONDS)
-    if worker.is_alive():
-        inc.interrupted = True
-        inc.stop.set()
-        worker.join(INTERRUPT_GRACE)
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    if "result" in box:
-        return box["result"]  # type: ignore[return-value]
-    # The worker is still inside a solver call that does not check the stop: answer from what it has found.
-    schedule, cost, bound = inc.best()
-    message = f"interrupted after {inc.elapsed():.1f} s"
-    if schedule is None:
-        return SolveResult("ilp", Status.INTERRUPTED, inc.budget, solve_time=inc.elapsed(), lower_bound=bound,
-                           message=message, options=options, stats={"milestones": dict(inc.milestones)})
-    return result_from_schedule("ilp", inc.graph, schedule, inc.budget, inc.elapsed(), status=Status.INTERRUPTED,
-                                lower_bound=bound, options=options, message=message,
-                                stats={"milestones": dict(inc.milestones), "incumbent_source": inc.source})
+    return run_until_stopped(run, inc, stop, options)
 
 
 def _windows(inc: Incumbent, remaining: Callable[[], float | None], threads: int, verbose: bool,
