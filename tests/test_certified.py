@@ -14,23 +14,44 @@ from remat.strategies import get_strategy
 GRAPHS = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in range(6)] + [random_dag(8, 3)]
 
 
-# One engine, and two racing on two threads (remat.milp.certified.ENGINES).
+# Graphs whose least budget is below the no-recomputation peak, so every budget tried needs recomputation.
+RECOMPUTING = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in (0, 1, 3, 4, 5, 6)] + [
+    random_dag(8, 5)]
+
+# One engine, and two racing on two threads (remat.milp.certified.ENGINES); then the same with heuristics, the LP
+# stage and local search off, so that the exact engines, not an earlier stage, must decide every cell.
 SETTINGS = {"serial": {}, "race": {"threads": 2}, "race_full": {"threads": 2, "race_with": "full"}}
+ENGINES_ONLY = {"heuristics": (), "use_lp": False, "local_search": False}
+SETTINGS |= {f"{name}_engines_only": {**options, **ENGINES_ONLY} for name, options in list(SETTINGS.items())}
+
+
+def recomputing_budgets(graph, bf):
+    """The least feasible budget, the midpoint to the no-recomputation peak, and just below that peak."""
+    lo, hi = bf.min_budget(), no_recompute_peak(graph)
+    assert lo < hi
+    return sorted({lo, (lo + hi) / 2, hi - 0.5} - {b for b in (hi - 0.5,) if b < lo})
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
+@pytest.mark.parametrize("graph", RECOMPUTING, ids=lambda g: g.name)
 def test_pipeline_matches_exhaustive_search_and_plain_milp(graph, settings):
     bf = BruteForce(graph)
-    lo = bf.min_budget()
-    for budget in (lo, lo + 2, lo + 6):
+    options = SETTINGS[settings]
+    for budget in recomputing_budgets(graph, bf):
         expected = bf.solve(budget)[0]
-        result = solve_ilp_certified(graph, budget, mip_gap=0, **SETTINGS[settings])
+        result = solve_ilp_certified(graph, budget, mip_gap=0, **options)
         assert result.status == Status.OPTIMAL
         assert result.cost == pytest.approx(expected)
         assert result.lower_bound <= expected + 1e-6
-        assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
-    below = solve_ilp_certified(graph, lo - 0.5, **SETTINGS[settings])
+        if settings == "serial":
+            assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
+        if settings.endswith("engines_only"):
+            # Checkpoint-all does not fit, nothing else offers a schedule: the exact engines ran and decided.
+            racing = options.get("threads", 1) >= 2
+            ran = {"frontier"} | ({options.get("race_with", "frontier_norestart")} if racing else set())
+            assert set(result.stats["engines"]) == ran
+            assert result.stats["incumbent_source"] in ran  # the schedule returned is an engine's
+    below = solve_ilp_certified(graph, bf.min_budget() - 0.5, **options)
     assert below.status == Status.INFEASIBLE and "proof" in below.stats
 
 
@@ -43,10 +64,10 @@ def test_a_race_proves_the_optimum_where_branch_and_bound_is_needed(race_with):
         budget = lo + 0.3 * (hi - lo)
         plain = solve_ilp(graph, budget, mip_gap=0)
         raced = solve_ilp_certified(graph, budget, mip_gap=0, threads=2, race_with=race_with)
-        assert raced.status == plain.status
-        if plain.status == Status.OPTIMAL:
-            assert raced.cost == pytest.approx(plain.cost) and raced.lower_bound <= plain.cost + 1e-6
-            assert simulate(graph, raced.schedule, plan=False).within(budget)
+        assert plain.status == raced.status == Status.OPTIMAL
+        assert raced.cost == pytest.approx(plain.cost) and raced.lower_bound <= plain.cost + 1e-6
+        assert simulate(graph, raced.schedule, plan=False).within(budget)
+        assert set(raced.stats["engines"]) == {"frontier", race_with}  # both engines ran
 
 
 def test_bad_engine_names_and_thread_counts_are_one_line_errors():
