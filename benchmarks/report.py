@@ -18,6 +18,7 @@ import argparse
 import csv
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,7 +51,14 @@ def provenance(meta: dict) -> str:
     load = meta.get("load_average_start")
     where = f"{meta.get('cpus', '?')} cores, load {load[0]:.1f} at the start" if load else "load not recorded"
     when = (meta.get("started") or "?")[:10]
-    return f"at {meta.get('commit', '?')}, {when}, {where}"
+    unfinished = "" if meta.get("finished") else f"; stopped or still running after {meta.get('rows', '?')} cells"
+    return f"at {meta.get('commit', '?')}, {when}, {where}{unfinished}"
+
+
+def wrapped(line: str, indent: str = "") -> str:
+    """A Markdown bullet wrapped to the README's width, its continuation lines indented under it."""
+    return "\n".join(textwrap.wrap(line, 118, initial_indent=indent, subsequent_indent=indent + "  ",
+                                    break_on_hyphens=False, break_long_words=False))
 
 
 def _cell(r: dict) -> str:
@@ -82,8 +90,8 @@ def solve_lines(rows: list[dict], meta: dict) -> list[str]:
     parts.append(f"{checked} incumbents taken on a claimed cost simulated again, {wrong} wrong")
     if any(r.get("plain_status") for r in rows):
         parts.extend(comparison(rows))
-    lines = [f"- `{meta.get('command', '?')}` ({provenance(meta)}): " + "; ".join(parts) + "."]
-    lines.extend(ablation_lines(rows))
+    lines = [wrapped(f"- `{meta.get('command', '?')}` ({provenance(meta)}): " + "; ".join(parts) + ".")]
+    lines.extend(wrapped(line, "  ") for line in ablation_lines(rows))
     return lines
 
 
@@ -126,7 +134,7 @@ def ablation_lines(rows: list[dict]) -> list[str]:
         if not pairs:
             continue
         worst = max(pairs, key=lambda p: p[0] / p[1])
-        lines.append(f"  - ablation `{name}`: {_x(geomean([a / b for a, b, _ in pairs]))} the pipeline's time "
+        lines.append(f"- ablation `{name}`: {_x(geomean([a / b for a, b, _ in pairs]))} the pipeline's time "
                      f"(geometric mean over the {len(pairs)} cells both prove optimal), slower on "
                      f"{sum(a > b for a, b, _ in pairs)}; most on {_cell(worst[2])}: {worst[0]:.1f} s instead of "
                      f"{worst[1]:.1f} s" + (f"; {len(clashes)} disagree" if clashes else ""))
@@ -147,15 +155,17 @@ def scaling_lines(rows: list[dict], meta: dict) -> list[str]:
     if bound_cells:
         text += (f"; {len(bound_cells)} cells are below the memory bound, which the MILP took "
                  f"{sum(r['solve_s'] for r in bound_cells):.1f} s in all to prove")
-    return [text + "."]
+    return [wrapped(text + ".")]
 
 
 def report(results: Path) -> list[str]:
     lines = []
     for path in sorted(results.glob("solve_reference_graphs*.csv")):
-        lines.extend(solve_lines(*read_run(path)))
+        rows, meta = read_run(path)
+        if rows:
+            lines.extend(solve_lines(rows, meta))
     scaling = results / "ilp_scaling.csv"
-    if scaling.exists():
+    if scaling.exists() and read_run(scaling)[0]:
         lines.extend(scaling_lines(*read_run(scaling)))
     return lines
 
