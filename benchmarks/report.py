@@ -50,6 +50,8 @@ def _value(text: str) -> object:
 def provenance(meta: dict) -> str:
     load = meta.get("load_average_start")
     where = f"{meta.get('cpus', '?')} cores, load {load[0]:.1f} at the start" if load else "load not recorded"
+    if load and meta.get("load_average_end"):
+        where += f", {meta['load_average_end'][0]:.1f} at the end"
     when = (meta.get("started") or "?")[:10]
     unfinished = "" if meta.get("finished") else f"; stopped or still running after {meta.get('rows', '?')} cells"
     return f"at {meta.get('commit', '?')}, {when}, {where}{unfinished}"
@@ -78,6 +80,15 @@ def solve_lines(rows: list[dict], meta: dict) -> list[str]:
     if certified:
         slowest = max(certified, key=lambda r: r["pipe_s"])
         parts[-1] += f", the slowest {_cell(slowest)} in {slowest['pipe_s']:.1f} s"
+    gap1 = [r for r in rows if r.get("gap1_s") is not None]
+    if len(gap1) > len(certified):
+        parts.append(f"within 1 % of the bound or proved infeasible on {len(gap1)} of {n} "
+                     f"(at most {max(r['gap1_s'] for r in gap1):.1f} s)")
+    late = [r for r in rows if r.get("time_limit") and r["pipe_s"] > 1.05 * r["time_limit"]]
+    if late:
+        worst = max(late, key=lambda r: r["pipe_s"])
+        parts.append(f"the pipeline ran past its {worst['time_limit']:g} s limit on {len(late)} cells "
+                     f"(up to {worst['pipe_s']:.0f} s, {_cell(worst)})")
     with_schedule = [r for r in rows if r.get("first_s") is not None]
     no_schedule = [r for r in rows if r.get("first_s") is None and r.get("certified") != "infeasible"]
     if with_schedule:
