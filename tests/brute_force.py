@@ -45,7 +45,13 @@ class BruteForce:
                 for p in self.deps[v]:
                     if not resident >> p & 1:
                         R |= 1 << p
-        computed = [v for v in range(t + 1) if R >> v & 1]
+        cost, peak = self.stage_of(R, resident, keep)
+        return cost, peak, R
+
+    def stage_of(self, R: int, resident: int, keep: int) -> tuple[float, float]:
+        """(cost, peak memory) of one stage computing the bitmask ``R`` in id order, entering with ``resident``
+        and leaving ``keep``: an input is released after its last reader in the stage unless it is kept."""
+        computed = [v for v in range(self.n) if R >> v & 1]
         cost = sum(self.C[v] for v in computed)
         mem = self.const + sum(self.M[i] for i in range(self.n) if resident >> i & 1)
         peak = mem
@@ -56,7 +62,16 @@ class BruteForce:
                 later = [j for j in self.users[i] if j > k and R >> j & 1]
                 if not later and not keep >> i & 1:
                     mem -= self.M[i]
-        return cost, peak, R
+        return cost, peak
+
+    def replay(self, R: np.ndarray, S: np.ndarray) -> tuple[float, float]:
+        """(cost, peak memory) of any schedule (R, S), stage by stage with :meth:`stage_of` (no validity check)."""
+        def mask(row: np.ndarray) -> int:
+            return sum(1 << int(i) for i in np.flatnonzero(row))
+
+        T = len(R)
+        stages = [self.stage_of(mask(R[t]), mask(S[t]), mask(S[t + 1]) if t + 1 < T else 0) for t in range(T)]
+        return sum(c for c, _ in stages), max(p for _, p in stages)
 
     def candidates(self, t: int) -> list[int]:
         """Subsets of values computed by stage t that a stage after t may still read (directly or to recompute)."""

@@ -14,24 +14,62 @@ from remat.strategies import get_strategy
 GRAPHS = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in range(6)] + [random_dag(8, 3)]
 
 
-# One engine, and two racing on two threads (remat.milp.certified.ENGINES).
+# Graphs whose least budget is below the no-recomputation peak, so every budget tried needs recomputation.
+RECOMPUTING = [linear_chain(3), linear_chain(5)] + [random_training_graph(4, s) for s in (0, 1, 3, 4, 5, 6)] + [
+    random_dag(8, 5)]
+
+# One engine, and two racing on two threads (remat.milp.certified.ENGINES); then the same with heuristics, the LP
+# stage and local search off, so that the exact engines decide most cells (the closure stages, which have no
+# switch, settle the others; see test_the_exact_engines_decide_the_cells_the_earlier_stages_leave_open).
 SETTINGS = {"serial": {}, "race": {"threads": 2}, "race_full": {"threads": 2, "race_with": "full"}}
+ENGINES_ONLY = {"heuristics": (), "use_lp": False, "local_search": False}
+SETTINGS |= {f"{name}_engines_only": {**options, **ENGINES_ONLY} for name, options in list(SETTINGS.items())}
+
+
+def recomputing_budgets(graph, bf):
+    """The least feasible budget, the midpoint to the no-recomputation peak, and just below that peak."""
+    lo, hi = bf.min_budget(), no_recompute_peak(graph)
+    assert lo < hi
+    return sorted({lo, (lo + hi) / 2, hi - 0.5} - {b for b in (hi - 0.5,) if b < lo})
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
+@pytest.mark.parametrize("graph", RECOMPUTING, ids=lambda g: g.name)
 def test_pipeline_matches_exhaustive_search_and_plain_milp(graph, settings):
     bf = BruteForce(graph)
-    lo = bf.min_budget()
-    for budget in (lo, lo + 2, lo + 6):
+    options = SETTINGS[settings]
+    for budget in recomputing_budgets(graph, bf):
         expected = bf.solve(budget)[0]
-        result = solve_ilp_certified(graph, budget, mip_gap=0, **SETTINGS[settings])
+        result = solve_ilp_certified(graph, budget, mip_gap=0, **options)
         assert result.status == Status.OPTIMAL
         assert result.cost == pytest.approx(expected)
         assert result.lower_bound <= expected + 1e-6
-        assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
-    below = solve_ilp_certified(graph, lo - 0.5, **SETTINGS[settings])
+        if settings == "serial":
+            assert solve_ilp(graph, budget, mip_gap=0).cost == pytest.approx(expected)
+        if settings.endswith("engines_only") and result.stats["engines"]:
+            # Where the exact engines run, every engine of the setting runs (both in a race).
+            racing = options.get("threads", 1) >= 2
+            assert set(result.stats["engines"]) == {"frontier"} | (
+                {options.get("race_with", "frontier_norestart")} if racing else set())
+    below = solve_ilp_certified(graph, bf.min_budget() - 0.5, **options)
     assert below.status == Status.INFEASIBLE and "proof" in below.stats
+
+
+def test_the_exact_engines_decide_the_cells_the_earlier_stages_leave_open():
+    """With heuristics, LP and RINS off only checkpoint-all and the closure stages come before the engines; they
+    settle some cells (the closure bound and closure eviction), and the engines must then decide the rest."""
+    decided_by_engines = 0
+    for graph in RECOMPUTING:
+        bf = BruteForce(graph)
+        for budget in recomputing_budgets(graph, bf):
+            result = solve_ilp_certified(graph, budget, mip_gap=0, **ENGINES_ONLY)
+            assert result.status == Status.OPTIMAL and result.cost == pytest.approx(bf.solve(budget)[0])
+            if result.stats["engines"]:
+                decided_by_engines += 1
+                assert set(result.stats["engines"]) == {"frontier"}
+            else:  # decided before stage 4: by an offered schedule that meets a proved bound
+                assert result.stats["incumbent_source"] in ("checkpoint_all", "closure_eviction")
+    assert decided_by_engines >= 8  # 10 of these 25 cells when written
 
 
 @pytest.mark.parametrize("race_with", ["frontier_norestart", "full"])
@@ -43,10 +81,10 @@ def test_a_race_proves_the_optimum_where_branch_and_bound_is_needed(race_with):
         budget = lo + 0.3 * (hi - lo)
         plain = solve_ilp(graph, budget, mip_gap=0)
         raced = solve_ilp_certified(graph, budget, mip_gap=0, threads=2, race_with=race_with)
-        assert raced.status == plain.status
-        if plain.status == Status.OPTIMAL:
-            assert raced.cost == pytest.approx(plain.cost) and raced.lower_bound <= plain.cost + 1e-6
-            assert simulate(graph, raced.schedule, plan=False).within(budget)
+        assert plain.status == raced.status == Status.OPTIMAL
+        assert raced.cost == pytest.approx(plain.cost) and raced.lower_bound <= plain.cost + 1e-6
+        assert simulate(graph, raced.schedule, plan=False).within(budget)
+        assert set(raced.stats["engines"]) == {"frontier", race_with}  # both engines ran
 
 
 def test_bad_engine_names_and_thread_counts_are_one_line_errors():

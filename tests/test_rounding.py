@@ -35,8 +35,16 @@ def test_randomized_rounding_is_reproducible():
 def test_allowance_search_goes_past_zero_when_needed():
     g = linear_chain(8)
     r = get_strategy("approx_lp_deterministic")(g, 6)
-    tried = [a["eps"] for a in r.stats["allowances"]]
-    assert r.status == Status.FEASIBLE and tried[0] == 0.0
+    steps = r.stats["allowances"]
+    # eps = 0 first: its LP solves but no rounding fits; the search goes on to a positive allowance, whose
+    # rounding fits, and stops there.
+    assert steps[0] == {"eps": 0.0, "lp": "optimal", "fitting_candidates": 0}
+    assert len(steps) >= 2 and all(a["eps"] > 0 for a in steps[1:])
+    assert steps[-1]["fitting_candidates"] >= 1 and all(a["fitting_candidates"] == 0 for a in steps[:-1])
+    assert r.status == Status.FEASIBLE and r.peak_memory <= 6
+    # Without the search (eps = 0 alone) nothing fits: going past zero is what found the schedule.
+    alone = get_strategy("approx_lp_deterministic")(g, 6, allowances=(0.0,))
+    assert alone.status == Status.INFEASIBLE and alone.min_feasible_budget > 6
 
 
 def test_rounding_refuses_impossible_budget():
