@@ -130,9 +130,9 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 def _trainer() -> Any:
     try:
-        from remat.torch.execute import train
+        from remat.torch.train import train
     except ImportError as exc:
-        raise MissingAPIError(f"train.steps > 0 needs remat.torch.execute ({exc})") from None
+        raise MissingAPIError(f"train.steps > 0 needs remat.torch.train ({exc})") from None
     return train
 
 

@@ -316,7 +316,7 @@ def test_graph_without_torch_metadata_is_refused():
 
 
 def test_train_lowers_the_loss():
-    from remat.torch.execute import train
+    from remat.torch.train import train
 
     model = Net(p=0.0)
     graph = extract(model, SHAPE, batch_size=2)

@@ -8,8 +8,9 @@ execution), ``extract`` (the training :class:`~remat.graph.DFGraph`), ``costs``
 """
 
 from remat.torch.api import RematError, RematModel, load, optimize
-from remat.torch.execute import ScheduleExecutor, StepResult, train
+from remat.torch.execute import ScheduleExecutor, StepResult
 from remat.torch.extract import ExtractionError, extract
+from remat.torch.train import train
 
 __all__ = ["ExtractionError", "RematError", "RematModel", "ScheduleExecutor", "StepResult", "extract", "load",
            "optimize", "train"]
