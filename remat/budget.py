@@ -121,17 +121,21 @@ def span_budget(graph: DFGraph, f: float, peak: float | None = None) -> float:
     return float(round(lower + f * (peak - lower)))
 
 
+def budget_bytes(spec: Any, graph: DFGraph) -> float:
+    """The bytes that ``spec`` (any form of the module docstring) means for ``graph``, unchecked."""
+    kind, value = parse_budget(spec)
+    if kind == "bytes":
+        return value
+    peak = no_recompute_peak(graph)
+    return value * peak if kind == "fraction" else span_budget(graph, value, peak)
+
+
 def resolve_budget(spec: Any, graph: DFGraph) -> float:
     """The budget in bytes that ``spec`` (any form of the module docstring) means for ``graph``.
 
     Refuses budgets below the graph's constant overhead, naming it.
     """
-    kind, value = parse_budget(spec)
-    if kind in ("fraction", "span"):
-        peak = no_recompute_peak(graph)
-        budget = value * peak if kind == "fraction" else span_budget(graph, value, peak)
-    else:
-        budget = value
+    budget = budget_bytes(spec, graph)
     if budget < graph.constant_memory:
         raise BudgetError(
             f"budget {spec!r} = {format_bytes(budget)} is below graph {graph.name!r}'s constant overhead "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -110,10 +112,33 @@ def test_summary_names_strategy_budget_and_peak():
 
 def test_bad_budget_and_infeasible_budget_are_explained():
     model, _ = pair()
-    x, _ = batches(1)[0]
-    with pytest.raises(rt.RematError, match="budget must be bytes"):
+    x, y = batches(1)[0]
+    with pytest.raises(rt.RematError, match=r"budget -1 must be positive: give bytes .* \"span:f\""):
         rt.optimize(model, x, budget=-1)
-    with pytest.raises(rt.RematError, match="found no schedule .* raise the budget"):
-        rt.optimize(model, x, budget=0.2, strategy="checkpoint_last")
-    with pytest.raises(rt.RematError, match="sample must be an input batch"):
+    with pytest.raises(rt.RematError, match="sample must be the model's input batch"):
         rt.optimize(model, [1, 2], budget=0.9)
+    for strategy in ("checkpoint_last", "ilp"):
+        with pytest.raises(rt.RematError) as err:
+            rt.optimize(model, x, budget=0.2, strategy=strategy, time_limit=20)
+        message = str(err.value)
+        assert f"{strategy} found no schedule" in message and "raise the budget" in message
+        least = float(re.search(r"the least budget that works: (\d+) bytes", message).group(1))
+        lower = float(re.search(r"no schedule at all exists below (\d+) bytes", message).group(1))
+        assert lower <= least
+        m = rt.optimize(model, x, budget=least, strategy=strategy, time_limit=20)  # the named budget works
+        assert m.result.peak_memory <= least
+        m.step(x, y)
+
+
+def test_every_budget_form_of_run_py():
+    from remat.budget import memory_lower_bound, no_recompute_peak
+
+    model, _ = pair()
+    x, _ = batches(1)[0]
+    g = rt.optimize(model, x, budget=1.0, strategy="checkpoint_all").graph
+    peak, lower = no_recompute_peak(g), memory_lower_bound(g)[0]
+    forms = {0.95: 0.95 * peak, int(peak): peak, f"{peak / 1000:.3f}kB": round(peak / 1000, 3) * 1000,
+             "span:0.5": round(lower + 0.5 * (peak - lower))}
+    for spec, expected in forms.items():
+        m = rt.optimize(model, x, budget=spec, strategy="eviction_greedy")
+        assert m.result.budget == pytest.approx(expected), spec

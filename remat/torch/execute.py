@@ -8,8 +8,12 @@ v`` and ``deallocate %r`` over registers. What a register holds:
   ``u`` (edge ``u -> u_backward``), the *extras* autograd saved for it
   (dropout mask, max-pool indices) - exactly what the extractor counts in ``M_u``;
 * ``Loss``: ``dL/d(output)`` (the scalar loss is kept aside);
-* backward node of ``u``: ``dL/dx`` for each input ``x`` of ``u`` that has a
-  backward node (tuple-valued inputs per element).
+* backward node of ``u``: ``dL/dx`` for each graph-node tensor ``x`` among
+  ``u``'s inputs that requires grad (per element of tuple-valued nodes).
+
+Aliases (views, ``getitem``, output objects) hold no register: reading one
+re-applies it to the registers it aliases, inside the reader's own autograd
+graph; shape-only values are taken from a ``meta`` probe at the graph's batch.
 
 Backward nodes are per-node vector-Jacobian products. Each forward computation
 of a node that has a backward node runs under ``enable_grad`` on fresh entry
@@ -43,8 +47,6 @@ predicted peak exactly for graphs from :func:`remat.torch.extract.extract`.
 is the real tensor storage alive at once (constant part as allocated plus every
 storage an op returned during the step). It differs from the prediction by:
 
-* views (``flatten``, ``view``) share their base's storage, which the graph
-  counts twice - measured lower;
 * parameter gradients: the graph holds them for the whole step; the executor,
   like ``AccumulateGrad`` after ``zero_grad()`` (``set_to_none=True``), adopts the
   first gradient of each parameter when its backward node runs - measured lower
@@ -56,8 +58,8 @@ storage an op returned during the step). It differs from the prediction by:
 * transient workspace inside one statement - the summed incoming gradients of a
   node with several users, the VJP's intermediates, the loss - is in no ``M_i``.
 
-Measured: MobileNet at 32x32, batch 2, checkpoint_last (3323 recomputations):
-live 1.008 x predicted; the test net of ``tests/test_executor.py``: within 5 %.
+Measured (``tests/test_zoo_execution.py``, ``benchmarks/vs_pytorch.py``): every
+zoo model within 5 % of the prediction with gradients allocated before the step.
 CUDA runs also report ``torch.cuda.max_memory_allocated`` (allocator rounding to
 512-byte blocks and cuDNN workspace come on top).
 """
@@ -79,21 +81,22 @@ from remat.torch.execute_support import (
     ExecutionError,
     StepOutOfMemory,
     StepResult,
-    _at,
     _check_graph,
     _check_model,
-    _nbytes,
     _no_inplace_modules,
     _NodeGraph,
     _oom,
     _Register,
     _storage,
     autograd_step,
+    graph_inputs,
     random_batch,
 )
-from remat.torch.losses import loss_target
+from remat.torch.inputs import InputSpec, as_sample, bind_call
+from remat.torch.losses import resolve_loss
 from remat.torch.memory import LiveTensorMeter, cuda_peak
-from remat.torch.trace import _fetch_attr, trace
+from remat.torch.trace import fetch_attr, trace
+from remat.torch.tree import nbytes, tensors_of
 
 __all__ = [
     "ExecutionError",
@@ -111,6 +114,8 @@ class ScheduleExecutor(NodeComputations):
     Everything that can be checked before computing is checked here: the graph
     comes from the PyTorch front end, the schedule has the graph's shape and is
     valid under ``simulate()``, and the model traces to the graph's nodes.
+    ``loss`` is needed when the graph was extracted with a callable loss (the
+    graph records only its name); ``leaf_modules`` must be those of the extraction.
     """
 
     def __init__(
@@ -119,6 +124,7 @@ class ScheduleExecutor(NodeComputations):
         graph: DFGraph,
         schedule: Schedule,
         *,
+        loss: Any = None,
         check_accounting: bool = True,
         leaf_modules: tuple = (),
     ) -> None:
@@ -138,22 +144,29 @@ class ScheduleExecutor(NodeComputations):
             raise ExecutionError(f"schedule is invalid for graph {graph.name!r}: {sim.violation}; nothing was run")
         self.model, self.graph, self.schedule, self.simulation = model, graph, schedule, sim
         self.check_accounting = check_accounting
-        self.loss_kind = graph.metadata["loss"]
+        recorded = str(graph.metadata["loss"])
+        if loss is None and recorded.startswith("callable:"):
+            raise ExecutionError(
+                f"graph {graph.name!r} was extracted with the loss {recorded}: pass the same function as loss="
+            )
+        self.loss = resolve_loss(loss if loss is not None else recorded)
         self._build(model, graph, tuple(leaf_modules))
         self.steps = 0
 
     # ------------------------------------------------------------------ set-up
     def _build(self, model: nn.Module, graph: DFGraph, leaf_modules: tuple) -> None:
-        from remat.torch.extract import probe
+        from remat.torch.probe import probe
 
         md = graph.metadata
-        shape = tuple(md["input_shape"])
-        # The graph does not record extract()'s leaf_modules, so the caller passes the same ones again.
-        tr = trace(model, shape, name=graph.name, leaf_modules=leaf_modules)
-        st = probe(tr, graph.batch_size, self.loss_kind)
+        self.specs = graph_inputs(graph)
+        self.target_spec = InputSpec.from_dict(md["target"]) if md.get("target") else None
+        dtype = getattr(torch, md.get("dtype", "float32"))
+        # The graph does not record extract()'s leaf_modules types, so the caller passes the same ones again.
+        tr = trace(model, self.specs, dtype=dtype, name=graph.name, leaf_modules=leaf_modules)
+        st = probe(tr, graph.batch_size, self.loss, self.target_spec)
         L = graph.loss
         _check_model(tr, st, graph)
-        self.tr, self.gm, self.L = tr, tr.gm, L
+        self.tr, self.gm, self.L, self.static = tr, tr.gm, L, st.static
         nodes = {n.name: n for n in tr.gm.graph.nodes}
         self.fx = [nodes[graph.names[u]] for u in range(L)]
         self.ids = {graph.names[u]: u for u in range(L)}
@@ -161,77 +174,99 @@ class ScheduleExecutor(NodeComputations):
         self.forward_of = [int(f) for f in md["forward_of"]]
         edges = {(int(a), int(b)) for a, b in graph.edges}
         self.extras_in_register = [self.backward_of[u] >= 0 and (u, self.backward_of[u]) in edges for u in range(L)]
-        self.out_ref = self._resolve(tr.output_node.args[0])
-        self.aux_after: dict[int, list[fx.Node]] = {}
-        for name, after in md.get("fx_aux", {}).items():
-            self.aux_after.setdefault(int(after), []).append(nodes[name])
+        slots = md.get("fx_extra_slots", {})
+        self.extra_slots = [set(slots.get(graph.names[u], [])) for u in range(L)]
+        self.reads = [[self.ids[s] for s in info.inputs] for info in st.nodes]
+        self.grad_leaves = [{(self.ids[s], p) for s, p in info.grad_leaves} for info in st.nodes]
+        self.from_loss = {self.forward_of[int(b)] for a, b in graph.edges if int(a) == L and int(b) > L}
+        self.placeholders = [n.name for n in tr.placeholders]
         self.params = dict(model.named_parameters())
-        param_ids = {id(p) for p in self.params.values()}
-        self.node_params: list[list[nn.Parameter]] = []
+        self.node_params, self.node_buffers = [], []
         for node in self.fx:
-            ps: list[nn.Parameter] = []
-            if node.op == "call_module":
-                ps = [p for p in tr.gm.get_submodule(node.target).parameters() if p.requires_grad]
-            for a in node.all_input_nodes:
-                if a.op == "get_attr":
-                    v = _fetch_attr(tr.gm, a.target)
-                    if isinstance(v, nn.Parameter) and v.requires_grad and id(v) in param_ids:
-                        ps.append(v)
-            self.node_params.append(list({id(p): p for p in ps}.values()))
+            params, buffers = self._state_of(node)
+            self.node_params.append(params)
+            self.node_buffers.append(buffers)
         first = next(iter(model.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
-        self.input_shape = (graph.batch_size, *shape)
-        self.target_shape = tuple(loss_target(self.loss_kind, torch.empty(md["output_shape"], device="meta")).shape)
+        self.constants = [v for n in tr.gm.graph.nodes if n.op == "get_attr"
+                          for v in tensors_of(fetch_attr(tr.gm, n.target))]
         self._anchor = torch.zeros((), device=self.device, requires_grad=True)
 
-    def _resolve(self, a: Any) -> tuple[int, tuple[int, ...]] | None:
-        """The graph node (and element path) an fx value is, or None for inputs, constants and aux values."""
-        if not isinstance(a, fx.Node):
-            return None
-        kind = self.tr.kind.get(a.name)
-        if kind == "graph":
-            return self.ids[a.name], ()
-        if kind == "alias":
-            ref = self._resolve(a.args[0])
-            return None if ref is None else (ref[0], (*ref[1], int(a.args[1])))
-        return None
+    def _state_of(self, node: fx.Node) -> tuple[list[nn.Parameter], list[torch.Tensor]]:
+        """The trainable parameters and the buffers ``node`` uses (its module's, and those it reads via aliases)."""
+        params: dict[int, Any] = {}
+        buffers: dict[int, torch.Tensor] = {}
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            params.update((id(p), p) for p in mod.parameters() if p.requires_grad)
+            buffers.update((id(b), b) for b in mod.buffers() if b is not None)
+        stack, seen = list(node.all_input_nodes), set()
+        while stack:
+            a = stack.pop()
+            if a.name in seen:
+                continue
+            seen.add(a.name)
+            if a.op == "get_attr":
+                v = fetch_attr(self.gm, a.target)
+                if isinstance(v, nn.Parameter):
+                    if v.requires_grad:
+                        params.setdefault(id(v), v)
+                elif isinstance(v, torch.Tensor):
+                    buffers.setdefault(id(v), v)
+            elif self.tr.kind.get(a.name) in ("alias", "dynamic"):
+                stack.extend(a.all_input_nodes)
+        return list(params.values()), list(buffers.values())
 
     # ------------------------------------------------------------------ one step
-    def step(self, x: torch.Tensor, target: torch.Tensor, *, measure_live: bool = False) -> StepResult:
-        """Run one training step on batch ``(x, target)``: the loss, and gradients accumulated into ``.grad``."""
-        self.begin(x, target)
-        meter = LiveTensorMeter(self._existing) if measure_live else contextlib.nullcontext()
+    def step(self, sample: Any, target: Any = None, *, measure_live: bool = False) -> StepResult:
+        """One training step on ``sample`` (as the model takes it) and ``target``: the loss, gradients in ``.grad``."""
+        self.begin(sample, target, loss_grad_later=False)
+        pending = lambda: self._missing_grads  # noqa: E731
+        meter = LiveTensorMeter(self._existing, pending) if measure_live else None
+        self._meter = meter
         try:
-            with _no_inplace_modules(self.model), meter:
+            with _no_inplace_modules(self.model), meter or contextlib.nullcontext():
                 self.advance(len(self.simulation.plan))
         except BaseException:
             self.abort()
             raise
-        return self.finish(self._const_live + meter.peak if measure_live else None)
+        finally:
+            self._meter = None
+        if meter is None:
+            return self.finish()
+        return self.finish(self._const_live + meter.peak, self._const_live + meter.sampled_peak)
 
-    def begin(self, x: torch.Tensor, target: torch.Tensor | None) -> None:
-        """Start a step on ``x``; ``target`` None means the loss gradient arrives later (see ``loss_grad``)."""
-        self._check_batch(x, target)
-        if target is None:
-            target = torch.empty(self.target_shape, dtype=torch.int64 if self.loss_kind != "mse" else x.dtype)
-        const = _nbytes(x) + _nbytes(target)
-        const += sum(_nbytes(p) * (2 if p.requires_grad else 1) for p in self.params.values())
-        const += sum(_nbytes(b) for b in self.model.buffers())
+    def begin(self, sample: Any, target: Any = None, *, loss_grad_later: bool = False) -> None:
+        """Start a step on ``sample``; with ``loss_grad_later`` the loss gradient arrives later (``loss_grad``)."""
+        s = as_sample(sample)
+        values = bind_call(self.specs, s.args, s.kwargs, self.graph.batch_size, "the batch")
+        self._check_target(target, loss_grad_later)
+        tensors = [v for v in values if isinstance(v, torch.Tensor)] + tensors_of(target)
+        if any(t.device != self.device for t in tensors):
+            raise ExecutionError(f"inputs and target must be on the model's device {self.device}")
+        if loss_grad_later and target is None and self.loss.named:
+            target = torch.empty(self._target_shape(), dtype=torch.int64 if self.loss.name != "mse" else None,
+                                 device=self.device)
+        const = sum(s.nbytes(self.graph.batch_size) for s in self.specs) + nbytes(target)
+        const += sum(p.numel() * p.element_size() * (2 if p.requires_grad else 1) for p in self.params.values())
+        const += sum(b.numel() * b.element_size() for b in self.model.buffers())
         grads = [p.grad for p in self.params.values() if p.grad is not None]
-        self._existing = [*self.params.values(), *grads, *self.model.buffers(), x, target]
+        self._existing = [*self.params.values(), *grads, *self.model.buffers(), *tensors_of(target), *self.constants,
+                          *(v for v in values if isinstance(v, torch.Tensor))]
         self._const_ptrs = {_storage(t) for t in self._existing}
-        self._x, self._target, self._const = x, target, const
+        self._inputs = dict(zip(self.placeholders, values, strict=True))
+        self._target, self._const = target, const
         # Gradients not yet allocated are counted by the live meter when the step creates them.
-        self._const_live = const - sum(_nbytes(p) for p in self.params.values() if p.requires_grad and p.grad is None)
-        self.loss_grad: torch.Tensor | None = None
+        missing = sum(p.numel() * p.element_size() for p in self.params.values() if p.requires_grad and p.grad is None)
+        self._const_live, self._missing_grads = const - missing, missing
+        self.loss_grad: list | None = None
         self._regs: dict[int, _Register] = {}
         self._node_reg: dict[int, int] = {}
         self._graphs: dict[int, _NodeGraph] = {}
         self._rng: dict[int, Any] = {}
         self._done_backward: set[int] = set()
-        self._aux: dict[str, Any] = {}
-        self._aux_done: set[int] = set()
         self._loss = float("nan")
+        self._meter: LiveTensorMeter | None = None  # step() sets it when measuring
         self._pos, self._live, self._peak, self._stage, self._computes = 0, 0, const, -1, 0
         self._mismatches: list[str] = []
         if const != self.graph.constant_memory:
@@ -240,11 +275,28 @@ class ScheduleExecutor(NodeComputations):
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self._start = time.perf_counter()
-        with _no_inplace_modules(self.model):
-            for node in self.aux_after.get(-1, []):
-                self._aux[node.name] = self._eval_aux(node)
 
-    def finish(self, live_peak: int | None = None) -> StepResult:
+    def _target_shape(self) -> tuple[int, ...]:
+        from remat.torch.losses import loss_target
+
+        return tuple(loss_target(self.loss.name, torch.empty(self.graph.metadata["output_shape"], device="meta")).shape)
+
+    def _check_target(self, target: Any, later: bool) -> None:
+        if later and target is None:
+            return
+        if self.loss.named:
+            want = self._target_shape()
+            if not isinstance(target, torch.Tensor) or tuple(target.shape) != want:
+                got = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+                raise ExecutionError(f"target has shape {got}, the {self.loss.name} loss needs {want}")
+        elif self.target_spec is not None and self.target_spec.tensor:
+            spec = self.target_spec
+            want = spec.full_shape(self.graph.batch_size)
+            if not isinstance(target, torch.Tensor) or tuple(target.shape) != want:
+                got = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+                raise ExecutionError(f"target has shape {got}, the graph was extracted with a target of {want}")
+
+    def finish(self, live_peak: int | None = None, live_between_peak: int | None = None) -> StepResult:
         """End the step after the whole plan ran and report it."""
         if self._regs:
             raise RuntimeError(f"plan left registers {sorted(self._regs)} allocated at the end of the step")
@@ -264,6 +316,7 @@ class ScheduleExecutor(NodeComputations):
             computes=self._computes,
             recomputes=self._computes - self.graph.n,
             accounting_mismatches=self._mismatches,
+            live_between_peak=live_between_peak,
         )
 
     def abort(self) -> None:
@@ -277,10 +330,9 @@ class ScheduleExecutor(NodeComputations):
         L = self.L
         return next(i for i, s in enumerate(self.simulation.plan) if isinstance(s, Compute) and s.node == L)
 
-    def output(self) -> torch.Tensor:
+    def output(self) -> Any:
         """The model output as currently resident (call after advancing to ``loss_position``)."""
-        o, path = self.out_ref
-        return _at(self._reg_of(o, "the caller").value, path)
+        return fx.node.map_arg(self.tr.output_node.args[0], lambda a: self._value(a, lambda v, p, t: t, "the caller"))
 
     def advance(self, stop: int) -> None:
         """Execute plan statements from the current position up to (not including) ``stop``."""
@@ -294,6 +346,9 @@ class ScheduleExecutor(NodeComputations):
                 self._live -= reg.nbytes
                 if self._node_reg.get(st.node) == st.register:
                     del self._node_reg[st.node]
+                del reg
+                if self._meter is not None:
+                    self._meter.sample()
                 continue
             t, k = st.stage, st.node
             if t != self._stage:
@@ -316,21 +371,10 @@ class ScheduleExecutor(NodeComputations):
             self._node_reg[k] = st.register
             self._live += reg.nbytes
             self._peak = max(self._peak, const + self._live)
+            if self._meter is not None:
+                self._meter.sample()
             if self.check_accounting:
                 if reg.nbytes != M[k]:
                     self._mismatches.append(f"node {k} {g.names[k]!r}: register {reg.nbytes} bytes, graph {M[k]}")
                 if const + self._live != sim.memory[t, k]:
                     self._mismatches.append(f"U[{t},{k}]: {const + self._live} live, simulate(): {sim.memory[t, k]}")
-
-    def _check_batch(self, x: torch.Tensor, target: torch.Tensor | None) -> None:
-        if not isinstance(x, torch.Tensor) or tuple(x.shape) != self.input_shape:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ExecutionError(
-                f"input batch has shape {got}, the graph was extracted for {self.input_shape}: extract the graph "
-                f"(or graph.with_batch_size(B) and re-solve) for this batch"
-            )
-        if target is not None and (not isinstance(target, torch.Tensor) or tuple(target.shape) != self.target_shape):
-            got = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
-            raise ExecutionError(f"target has shape {got}, the {self.loss_kind} loss needs {self.target_shape}")
-        if x.device != self.device or (target is not None and target.device != self.device):
-            raise ExecutionError(f"input and target must be on the model's device {self.device}")

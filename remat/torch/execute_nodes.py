@@ -8,19 +8,16 @@ picture (tokens, RNG replay, buffers restored on recomputation).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 import torch.fx as fx
 
+from remat.torch.errors import ExecutionError
 from remat.torch.execute_support import (
-    Path,
-    _at,
     _Entry,
-    _flat,
-    _map,
-    _nbytes,
     _NodeGraph,
     _Register,
     _rng_state,
@@ -29,8 +26,15 @@ from remat.torch.execute_support import (
     _set_rng_state,
     _storage,
 )
-from remat.torch.losses import loss_value
-from remat.torch.trace import _evaluate, _fetch_attr, _out_of_place
+from remat.torch.losses import loss_and_grads
+from remat.torch.trace import evaluate, fetch_attr
+from remat.torch.tree import Path, at, flatten, map_tensors, nbytes, tensor_bytes, tensors_of
+
+Leaf = Callable[[int, Path, torch.Tensor], torch.Tensor]
+
+
+def _raw(node: int, path: Path, t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 class NodeComputations:
@@ -52,77 +56,73 @@ class NodeComputations:
             )
         return self._regs[r]
 
-    def _value(self, a: fx.Node, reader: str) -> Any:
+    def _value(self, a: fx.Node, leaf: Leaf, reader: str) -> Any:
+        """The value of fx node ``a`` now: registers (their tensors through ``leaf``), aliases re-applied."""
         kind = self.tr.kind[a.name]
         if kind == "input":
-            return self._x
+            return self._inputs[a.name]
         if kind == "constant":
-            return _fetch_attr(self.gm, a.target)
+            return fetch_attr(self.gm, a.target)
         if kind == "graph":
-            return self._reg_of(self.ids[a.name], reader).value
+            u = self.ids[a.name]
+            return map_tensors(self._reg_of(u, reader).value, lambda p, t: leaf(u, p, t))
+        if kind == "aux":
+            return self.static[a.name]
         if kind == "alias":
-            return self._value(a.args[0], reader)[a.args[1]]
-        return self._aux[a.name]
-
-    def _eval_aux(self, node: fx.Node) -> Any:
-        target, _, kwargs = _out_of_place(node)
-        args = fx.node.map_arg(node.args, lambda a: self._value(a, node.name))
-        kwargs = fx.node.map_arg(kwargs, lambda a: self._value(a, node.name))
+            args = fx.node.map_arg(a.args, lambda b: self._value(b, leaf, reader))
+            kwargs = fx.node.map_arg(a.kwargs, lambda b: self._value(b, leaf, reader))
+            return evaluate(self.gm, a, args, kwargs)
+        args = fx.node.map_arg(a.args, lambda b: self._value(b, _raw, reader))  # dynamic: needs real values
+        kwargs = fx.node.map_arg(a.kwargs, lambda b: self._value(b, _raw, reader))
         with torch.no_grad():
-            return _evaluate(self.gm, node, args, kwargs, target)
+            return evaluate(self.gm, a, args, kwargs)
 
     def _forward(self, u: int) -> _Register:
         node, name = self.fx[u], self.graph.names[u]
         needs = self.backward_of[u] >= 0
-        inputs: dict[str, Any] = {}
-        entries: list[tuple[tuple[int, Path], tuple[Any, tuple]]] = []
+        wanted = self.grad_leaves[u] if needs else set()
+        entries: dict[tuple[int, Path], tuple[torch.Tensor, tuple[Any, tuple]]] = {}
+
+        def leaf(v: int, path: Path, t: torch.Tensor) -> torch.Tensor:
+            if (v, path) not in wanted:
+                return t
+            if (v, path) not in entries:
+                e = _Entry.apply(self._anchor, t)
+                entries[v, path] = (e, (torch.autograd.graph.get_gradient_edge(e), (t.shape, t.dtype, t.device)))
+            return entries[v, path][0]
+
         in_ptrs: dict[int, tuple[int, Path, torch.Tensor]] = {}
+        for v in self.reads[u]:
+            for path, t in flatten(self._reg_of(v, name).value):
+                in_ptrs.setdefault(_storage(t), (v, path, t))
         with torch.enable_grad() if needs else torch.no_grad():
-            for a in node.all_input_nodes:
-                value, ref = self._value(a, name), self._resolve(a)
-                if ref is not None:
-                    for path, t in _flat(value, ref[1]):
-                        in_ptrs.setdefault(_storage(t), (ref[0], path, t))
-                    if needs and self.backward_of[ref[0]] >= 0:
-                        value = _map(value, lambda p, t, ref=ref: self._entry(t, (ref[0], (*ref[1], *p)), entries))
-                inputs[a.name] = value
-        target, _, kwargs = _out_of_place(node)
-        args = fx.node.map_arg(node.args, lambda a: inputs[a.name])
-        kwargs = fx.node.map_arg(kwargs, lambda a: inputs[a.name])
+            args = fx.node.map_arg(node.args, lambda a: self._value(a, leaf, name))
+            kwargs = fx.node.map_arg(node.kwargs, lambda a: self._value(a, leaf, name))
         saved: list[_Saved] = []
 
         def pack(t: torch.Tensor) -> _Saved:
             saved.append(_Saved(t))
             return saved[-1]
 
-        out = self._run_forward(u, node, args, kwargs, target, needs, pack)
-        outs = list(_flat(out))
+        out = self._run_forward(u, node, args, kwargs, needs, pack)
+        outs = list(flatten(out))
         extras: list[torch.Tensor] = []
         if needs:
             extras = self._tokenize(u, saved, in_ptrs, outs)
             self._graphs[u] = _NodeGraph(
                 outputs={p: torch.autograd.graph.get_gradient_edge(t) for p, t in outs if t.requires_grad},
-                entries=entries,
+                entries=[(key, info) for key, (_, info) in entries.items()],
                 params=self.node_params[u],
                 saved=saved,
             )
-        value = _map(out, lambda p, t: t.detach())
-        extra_bytes = sum(_nbytes(t) for t in {_storage(t): t for t in extras}.values())
-        if u not in self._aux_done:
-            self._aux_done.add(u)
-            for a in self.aux_after.get(u, []):
-                self._aux[a.name] = self._eval_aux(a)
-        return _Register(u, value, extras, sum(_nbytes(t) for _, t in outs) + extra_bytes)
+        value = map_tensors(out, lambda p, t: t.detach())
+        out_storages = {_storage(t) for _, t in outs}
+        extra_bytes = nbytes([t for t in extras if _storage(t) not in out_storages])
+        return _Register(u, value, extras, nbytes(value) + extra_bytes)
 
-    def _entry(self, t: torch.Tensor, key: tuple[int, Path], entries: list) -> torch.Tensor:
-        e = _Entry.apply(self._anchor, t.detach())
-        entries.append((key, (torch.autograd.graph.get_gradient_edge(e), (t.shape, t.dtype, t.device))))
-        return e
-
-    def _run_forward(self, u: int, node: fx.Node, args: Any, kwargs: Any, target: Any, needs: bool, pack: Any) -> Any:
+    def _run_forward(self, u: int, node: fx.Node, args: Any, kwargs: Any, needs: bool, pack: Any) -> Any:
         first = u not in self._rng
-        module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
-        buffers = [b for b in module.buffers() if b is not None] if module is not None and not first else []
+        buffers = self.node_buffers[u] if not first else []
         kept = [b.clone() for b in buffers]
         with contextlib.ExitStack() as stack:
             if first:
@@ -133,7 +133,7 @@ class NodeComputations:
             stack.enter_context(torch.enable_grad() if needs else torch.no_grad())
             if needs:
                 stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, self._unpack))
-            out = _evaluate(self.gm, node, args, kwargs, target)
+            out = evaluate(self.gm, node, args, kwargs)
         if first:
             self._rng[u] = before if not _same_rng(before, _rng_state(self.device)) else None
         with torch.no_grad():
@@ -146,6 +146,8 @@ class NodeComputations:
         out_ptrs = {}
         for path, t in outs:
             out_ptrs.setdefault(_storage(t), (u, path, t))
+        keep = self.extras_in_register[u]
+        extra_ptrs = {_storage(saved[i].tensor) for i in self.extra_slots[u] if i < len(saved)} if keep else set()
         extras: list[torch.Tensor] = []
         for h in saved:
             t = h.tensor
@@ -157,7 +159,7 @@ class NodeComputations:
                 h.node, h.path, base = hit
                 h.size, h.stride, h.offset = t.size(), t.stride(), t.storage_offset() - base.storage_offset()
                 h.tensor = None
-            elif self.extras_in_register[u] and t.dim() >= 1 and t.shape[0] == self.graph.batch_size:
+            elif ptr in extra_ptrs:
                 h.node, h.extra, h.tensor = u, len(extras), None
                 extras.append(t)
         return extras
@@ -168,20 +170,40 @@ class NodeComputations:
         reg = self._reg_of(h.node, "a backward node")
         if h.extra >= 0:
             return reg.extras[h.extra]
-        base = _at(reg.value, h.path)
+        base = at(reg.value, h.path)
         return base.as_strided(h.size, h.stride, base.storage_offset() + h.offset)
 
     def _loss_node(self) -> _Register:
-        o, path = self.out_ref
-        if self.loss_grad is not None:
-            return _Register(self.L, {o: {path: self.loss_grad}}, [], _nbytes(self.loss_grad))
-        out = _at(self._reg_of(o, "Loss").value, path).detach().requires_grad_()
+        leaves: dict[tuple[int, Path], torch.Tensor] = {}
+
+        def leaf(v: int, path: Path, t: torch.Tensor) -> torch.Tensor:
+            if self.backward_of[v] < 0 or not (t.is_floating_point() or t.is_complex()):
+                return t
+            return leaves.setdefault((v, path), t.detach().requires_grad_())
+
         with torch.enable_grad():
-            loss = loss_value(self.loss_kind, out, self._target)
-            (grad,) = torch.autograd.grad(loss, out)
-        if np.isnan(self._loss):
-            self._loss = float(loss.detach())
-        return _Register(self.L, {o: {path: grad}}, [], _nbytes(grad))
+            output = fx.node.map_arg(self.tr.output_node.args[0], lambda a: self._value(a, leaf, "Loss"))
+        keys, wrt = list(leaves), list(leaves.values())
+        if self.loss_grad is not None:  # module style: the caller's loss gave dL/d(output)
+            flat = [(t, g) for t, g in zip(tensors_of(output), self.loss_grad, strict=True)
+                    if g is not None and t.requires_grad]
+            grads = list(torch.autograd.grad([t for t, _ in flat], wrt, [g for _, g in flat], allow_unused=True)) \
+                if flat and wrt else [None] * len(wrt)
+        else:
+            value, grads = loss_and_grads(self.loss, output, self._target, wrt)
+            if np.isnan(self._loss):
+                self._loss = float(value.detach())
+        result: dict[int, dict[Path, torch.Tensor]] = {}
+        for (v, path), g in zip(keys, grads, strict=True):
+            if g is None:
+                continue
+            if v not in self.from_loss:
+                raise ExecutionError(
+                    f"the loss reaches output node {self.graph.names[v]!r}, which the loss the graph was extracted "
+                    f"with ({self.graph.metadata['loss']}) does not: extract with a loss that reads the same outputs"
+                )
+            result.setdefault(v, {})[path] = g
+        return _Register(self.L, result, [], tensor_bytes([g for slot in result.values() for g in slot.values()]))
 
     def _backward(self, u: int, b: int) -> _Register:
         graph = self._graphs[u]
@@ -193,6 +215,8 @@ class NodeComputations:
                 incoming[path] = incoming[path] + g if path in incoming else g
         outs = [(graph.outputs[p], g) for p, g in incoming.items() if p in graph.outputs]
         inputs = [edge for _, (edge, _) in graph.entries] + list(graph.params)
+        if b not in self._done_backward:  # the gradients this statement creates stop being pending (memory meter)
+            self._missing_grads -= sum(p.numel() * p.element_size() for p in graph.params if p.grad is None)
         if outs and inputs:
             res = torch.autograd.grad(
                 [e for e, _ in outs], inputs, [g for _, g in outs], retain_graph=True, allow_unused=True
@@ -217,5 +241,4 @@ class NodeComputations:
                         taken.add(_storage(g))
                     else:
                         param.grad.add_(g)
-        return _Register(b, value, [], sum(_nbytes(g) for slot in value.values() for g in slot.values()))
-
+        return _Register(b, value, [], tensor_bytes([g for slot in value.values() for g in slot.values()]))

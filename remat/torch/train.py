@@ -14,11 +14,11 @@ from remat.torch.execute_support import ExecutionError, StepResult, random_batch
 
 
 def execute_step(
-    model: nn.Module, graph: DFGraph, schedule: Schedule, x: torch.Tensor, target: torch.Tensor, **options: Any
+    model: nn.Module, graph: DFGraph, schedule: Schedule, sample: Any, target: Any, **options: Any
 ) -> StepResult:
-    """One training step of ``model`` on ``(x, target)`` under ``schedule`` (see :class:`ScheduleExecutor`)."""
+    """One training step of ``model`` on ``(sample, target)`` under ``schedule`` (see :class:`ScheduleExecutor`)."""
     measure_live = options.pop("measure_live", False)
-    return ScheduleExecutor(model, graph, schedule, **options).step(x, target, measure_live=measure_live)
+    return ScheduleExecutor(model, graph, schedule, **options).step(sample, target, measure_live=measure_live)
 
 
 def train(
@@ -31,6 +31,8 @@ def train(
     lr: float = 0.01,
     seed: int = 0,
     progress: bool = True,
+    loss: Any = None,
+    leaf_modules: tuple = (),
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``steps`` SGD steps on random data, each step run under ``schedule``.
 
@@ -38,6 +40,7 @@ def train(
     the loss goes down. ``sample_shape``/``batch_size`` default to the graph's and
     must match it when given. Returns one dict per step (loss, step time, the
     executor's tracked and predicted peak bytes); a tqdm bar shows them live.
+    ``loss`` and ``leaf_modules`` are the extraction's (see :class:`ScheduleExecutor`).
     """
     if sample_shape is not None and tuple(sample_shape) != tuple(graph.metadata["input_shape"]):
         want = tuple(graph.metadata["input_shape"])
@@ -49,7 +52,7 @@ def train(
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
-    executor = ScheduleExecutor(model, graph, schedule)
+    executor = ScheduleExecutor(model, graph, schedule, loss=loss, leaf_modules=leaf_modules)
     gen = torch.Generator().manual_seed(seed)
     data = [random_batch(graph, gen, executor.device) for _ in range(8)]
     opt = torch.optim.SGD(model.parameters(), lr=lr)
