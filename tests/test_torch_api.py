@@ -142,3 +142,43 @@ def test_every_budget_form_of_run_py():
     for spec, expected in forms.items():
         m = rt.optimize(model, x, budget=spec, strategy="eviction_greedy")
         assert m.result.budget == pytest.approx(expected), spec
+
+
+def test_language_model_through_optimize_both_styles():
+    """Token ids in, per-token cross entropy out, dropout 0.1: both styles train exactly like plain PyTorch."""
+    from remat.models import get_model
+    from remat.models.transformers import masked_lm_loss
+
+    def gpt():
+        torch.manual_seed(0)
+        return get_model("gpt2", n_layer=2, d_model=16, n_head=2, context=8, vocab_size=32)
+
+    ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(1))
+    model, ref = gpt(), gpt()
+    m = rt.optimize(model, ids, budget="span:0.3", loss="token_cross_entropy", strategy="ilp", time_limit=20)
+    assert m.schedule.R.sum() > m.graph.n
+    y = ids.roll(-1, dims=1)
+    torch.manual_seed(5)
+    m.step(ids, y)
+    torch.manual_seed(5)
+    F.cross_entropy(ref(ids).flatten(0, 1), y.flatten()).backward()
+    assert_same_training_state(model, ref)
+
+    def bert():
+        torch.manual_seed(0)
+        return get_model("bert", n_layer=1, d_model=16, n_head=2, d_ff=32, max_len=8, vocab_size=32)
+
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    labels = torch.where(torch.arange(8) % 3 == 0, ids, -100)
+    batch = {"input_ids": ids, "attention_mask": mask}
+    model, ref = bert(), bert()
+    m = rt.optimize(model, batch, budget="span:0.6", loss=masked_lm_loss, target=labels, strategy="ap_greedy")
+    torch.manual_seed(6)
+    out = m(**batch)  # style 2: the output object comes back, any loss of it
+    assert type(out).__name__ == "MaskedLMOutput"
+    masked_lm_loss(out, labels).backward()
+    torch.manual_seed(6)
+    masked_lm_loss(ref(**batch), labels).backward()
+    assert_same_training_state(model, ref)
+    assert m.last_step.recomputes > 0 and m.last_step.accounting_mismatches == []

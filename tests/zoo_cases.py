@@ -38,7 +38,11 @@ def batch(name: str, model: nn.Module, seed: int = 1, dtype: torch.dtype = torch
     if isinstance(sample, torch.Tensor) and sample.is_floating_point():
         sample = sample.to(dtype)
     if target is None:  # named losses: classes drawn like the executor's random batches
-        out = model(sample) if not isinstance(sample, dict) else model(**sample)
+        training = model.training
+        model.eval()  # (training mode would move batch-norm statistics)
+        with torch.no_grad():
+            out = model(sample) if not isinstance(sample, dict) else model(**sample)
+        model.train(training)
         classes = out.shape[1]
         shape = (out.shape[0], *out.shape[2:])
         target = torch.randint(0, classes, shape, generator=torch.Generator().manual_seed(seed))

@@ -67,6 +67,7 @@ CUDA runs also report ``torch.cuda.max_memory_allocated`` (allocator rounding to
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Any
 
@@ -244,10 +245,9 @@ class ScheduleExecutor(NodeComputations):
         tensors = [v for v in values if isinstance(v, torch.Tensor)] + tensors_of(target)
         if any(t.device != self.device for t in tensors):
             raise ExecutionError(f"inputs and target must be on the model's device {self.device}")
-        if loss_grad_later and target is None and self.loss.named:
-            target = torch.empty(self._target_shape(), dtype=torch.int64 if self.loss.name != "mse" else None,
-                                 device=self.device)
-        const = sum(s.nbytes(self.graph.batch_size) for s in self.specs) + nbytes(target)
+        # In module style the caller holds the target; the graph counts it all the same.
+        const = sum(s.nbytes(self.graph.batch_size) for s in self.specs)
+        const += nbytes(target) if target is not None or not loss_grad_later else self._target_bytes()
         const += sum(p.numel() * p.element_size() * (2 if p.requires_grad else 1) for p in self.params.values())
         const += sum(b.numel() * b.element_size() for b in self.model.buffers())
         grads = [p.grad for p in self.params.values() if p.grad is not None]
@@ -275,6 +275,12 @@ class ScheduleExecutor(NodeComputations):
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self._start = time.perf_counter()
+
+    def _target_bytes(self) -> int:
+        if self.loss.named:
+            dtype = torch.int64 if self.loss.name != "mse" else getattr(torch, self.graph.metadata["dtype"])
+            return math.prod(self._target_shape()) * torch.empty((), dtype=dtype).element_size()
+        return self.target_spec.nbytes(self.graph.batch_size) if self.target_spec is not None else 0
 
     def _target_shape(self) -> tuple[int, ...]:
         from remat.torch.losses import loss_target
