@@ -15,17 +15,19 @@ follows frees), on one thread:
   knob is a fraction of the activations saved without recomputation): the same memory, as far as one setting
   can ask for it.
 
-Memory columns are activation memory: the peak minus the constant part (parameters, their gradients, inputs,
-target: allocated by a warm-up step and excluded). ``predicted`` is ``simulate()``'s peak minus the same
-constant; ``measured`` is LiveTensorMeter's peak of ours (every tensor storage alive at once, transients inside
-a statement included), ``between`` the same meter read between statements (where ``simulate()`` measures);
-``peak/pred`` compares whole peaks (constant included), ``act/pred`` activations only. ``compile`` is measured by
+Memory columns are activation memory: tensor storage alive at once during the step, without the constant
+part (parameters, inputs, target) and without the parameter gradients (``zero_grad(set_to_none=True)`` before
+each step, as PyTorch does by default; the storages that end up as ``.grad`` are taken out of the count
+afterwards, :class:`ActivationMeter`), measured the same way for every eager contender. ``predicted`` is
+``simulate()``'s peak minus the constant part (which holds all gradients); ``measured`` is ours, transients
+inside a statement included; ``between`` the executor's own meter read between statements, where
+``simulate()`` measures; ``peak/pred`` compares ours' whole peak with the prediction (constant included,
+gradients counted from the step's start), ``act/pred`` activations only. ``compile`` is measured by
 RSS growth only (under the live meter's dispatch mode dynamo runs the model eagerly), so every contender's RSS
 growth is shown too, with glibc told to ``mmap`` every block of 4 KiB or more (``MALLOC_MMAP_THRESHOLD_``) so
 that freed tensors leave the RSS at once (timings include those system calls, alike for all). Step time is
 the best of ``--steps``;
-ratios are ours' time over theirs. Gradients are preallocated for every contender (``zero_grad(set_to_none=
-False)``), so each pays the same parameter-gradient temporaries. CPU only (no GPU lent to this project):
+ratios are ours' time over theirs. CPU only (no GPU lent to this project):
 ``torch.cuda.max_memory_allocated`` columns appear when run on CUDA. Timings are on a shared 2-core machine.
 
 Usage: ``python benchmarks/vs_pytorch.py [--models gpt2 bert] [--budget span:0.5] [--steps 3]``;
@@ -53,6 +55,42 @@ from remat.torch.memory import MMAP_ENV, LiveTensorMeter, rss_peak  # noqa: E402
 
 ZOO = ["vgg16", "vgg19", "mobilenet", "resnet50", "unet", "fcn8", "segnet", "gpt2", "bert", "vit_b16", "resnet18"]
 MIB = 2.0**20
+
+
+class ActivationMeter(LiveTensorMeter):
+    """A live-storage meter that can leave out, after the block, the storages that became parameter gradients."""
+
+    def __init__(self, existing: Any) -> None:
+        super().__init__(existing)
+        self.events: list[tuple[int, int]] = []  # (storage key, +bytes at allocation / -bytes at release)
+
+    def _track(self, t: torch.Tensor) -> None:
+        key = id(t.untyped_storage())
+        if key not in self._live and key not in self._existing:
+            self.events.append((key, t.untyped_storage().nbytes()))
+        super()._track(t)
+
+    def _release(self, key: int) -> None:
+        self.events.append((key, -self._live.get(key, 0)))
+        super()._release(key)
+
+    def peak_without(self, kept: list[torch.Tensor]) -> int:
+        """The peak with the storages of ``kept`` (alive after the block, e.g. ``.grad``) never counted."""
+        skip = {id(t.untyped_storage()) for t in kept}
+        last_alloc: dict[int, int] = {}
+        freed: set[int] = set()  # allocation events whose storage was released (ids are reused after a release)
+        for i, (key, b) in enumerate(self.events):
+            if b >= 0:
+                last_alloc[key] = i
+            elif key in last_alloc:
+                freed.add(last_alloc[key])
+        current = peak = 0
+        for i, (key, b) in enumerate(self.events):
+            if b >= 0 and key in skip and i not in freed:
+                continue  # alive at the end and kept: a gradient
+            current += b
+            peak = max(peak, current)
+        return peak
 
 
 class Checkpointed(nn.Module):
@@ -178,7 +216,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             loss.fn(run(model, sample), target).backward()
 
     def timed() -> float:
-        model.zero_grad(set_to_none=False)
+        model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         step()
         return time.perf_counter() - t0
@@ -191,16 +229,14 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         rss.append(peak)
     out.update(time_s=min(times), rss=max(rss) if None not in rss else None, status=out.get("status", "ok"))
     if kind != "compile":
-        model.zero_grad(set_to_none=False)
+        model.zero_grad(set_to_none=True)
+        with ActivationMeter([*model.parameters(), *model.buffers(), *inputs, target]) as meter:
+            step()
+        out["live"] = meter.peak_without([p.grad for p in model.parameters() if p.grad is not None])
         if kind == "ours":
+            model.zero_grad(set_to_none=True)
             res = ex.step(sample, target, measure_live=True)
-            out.update(live=res.live_peak - ex._const_live, between=res.live_between_peak - ex._const_live,
-                       live_total=res.live_peak)
-        else:
-            existing = [*model.parameters(), *(p.grad for p in model.parameters()), *inputs, target]
-            with LiveTensorMeter(existing) as meter:
-                step()
-            out["live"] = meter.peak
+            out.update(between=res.live_between_peak - graph.constant_memory, live_total=res.live_peak)
     return out
 
 

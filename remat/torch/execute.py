@@ -43,23 +43,21 @@ sampled after each compute statement and at each stage start - the quantities
 of ``simulate()``'s ``U[t, k]``; the executor checks them statement by statement
 (``StepResult.accounting_mismatches``), so ``tracked_peak`` equals the
 predicted peak exactly for graphs from :func:`remat.torch.extract.extract`.
-``live_peak`` (optional, :class:`~remat.torch.memory.LiveTensorMeter`)
-is the real tensor storage alive at once (constant part as allocated plus every
-storage an op returned during the step). It differs from the prediction by:
+``live_peak`` (optional, :class:`~remat.torch.memory.LiveTensorMeter`) is the
+real tensor storage alive at once: the constant part as allocated plus every
+storage an op returned during the step; parameter gradients that ``zero_grad()``
+set to None count from the step's start, as the graph holds them (a backward
+statement's own gradients stop pending when it begins, so none is counted
+twice). ``live_between_peak`` is the same meter read between statements, where
+``simulate()``'s ``U`` is defined: it equals the prediction up to the gradient
+registers of an ``add``'s inputs sharing one tensor (the graph counts each).
+``live_peak`` adds what lives only inside one statement - the VJP's
+intermediates (attention backward's T x T matrices), summed incoming gradients,
+the loss - and, when ``.grad`` already exists (``set_to_none=False``), the fresh
+gradient before ``add_``: the same transients plain autograd has.
 
-* parameter gradients: the graph holds them for the whole step; the executor,
-  like ``AccumulateGrad`` after ``zero_grad()`` (``set_to_none=True``), adopts the
-  first gradient of each parameter when its backward node runs - measured lower
-  early in the backward pass. When ``.grad`` already exists
-  (``set_to_none=False``) the fresh gradient is a temporary of the parameter's
-  size before ``add_`` - measured higher by up to the largest parameter
-  (e.g. +38 % for VGG16 at 32x32, batch 2, whose 25088x4096 classifier weight
-  dwarfs the activations; the same transient exists in plain autograd);
-* transient workspace inside one statement - the summed incoming gradients of a
-  node with several users, the VJP's intermediates, the loss - is in no ``M_i``.
-
-Measured (``tests/test_zoo_execution.py``, ``benchmarks/vs_pytorch.py``): every
-zoo model within 5 % of the prediction with gradients allocated before the step.
+Measured (``tests/test_zoo_execution.py``): between statements every zoo model is
+within 0.1 % of the prediction; ``benchmarks/vs_pytorch.py`` reports both peaks.
 CUDA runs also report ``torch.cuda.max_memory_allocated`` (allocator rounding to
 512-byte blocks and cuDNN workspace come on top).
 """
