@@ -11,11 +11,13 @@ import csv
 import fcntl
 import math
 import os
-import re
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from remat.budget import BudgetError, format_bytes, parse_budget  # noqa: F401 (format_bytes: re-exported)
+from remat.budget import resolve_budget as _resolve_budget
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,94 +31,22 @@ class MissingAPIError(RuntimeError):
 
 
 # ---------------------------------------------------------------------- budgets
-_UNITS = {
-    "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-}
-_BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_BUDGET_HELP = (
-    'give bytes (e.g. 12000000000), a size with a unit ("12GB", "500MiB"), a fraction in (0,1] of the '
-    'no-recomputation peak (e.g. 0.7), or "span:f" (f in [0,1] of the way from the smallest computable budget '
-    "to that peak)"
-)
-
-
+# One home for budgets: remat.budget parses and resolves them; run.py and the experiments report its
+# refusals as InputError (exit status 2, one line on stderr).
 def parse_budget_spec(spec: Any) -> tuple[str, float]:
-    """Split a budget spec into ``("fraction", f)`` or ``("bytes", b)``, without looking at a graph.
-
-    A number in (0, 1] is a fraction of checkpoint_all's peak; a whole number
-    above 1 or a size with a unit (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB)
-    is bytes; ``span:f`` is ``("span", f)``, a point between the smallest budget
-    any schedule could meet and the no-recomputation peak (sweeps use it so every
-    graph's grid covers its own feasible range).
-    """
-    if isinstance(spec, bool) or spec is None:
-        raise InputError(f"budget {spec!r} is not a number: {_BUDGET_HELP}")
-    if isinstance(spec, str) and spec.strip().lower().startswith("span:"):
-        try:
-            value = float(spec.split(":", 1)[1])
-        except ValueError:
-            value = math.nan
-        if not 0 <= value <= 1:
-            raise InputError(f"budget {spec!r} needs a number in [0,1] after 'span:': {_BUDGET_HELP}")
-        return "span", value
-    if isinstance(spec, (int, float)):
-        value, unit = float(spec), ""
-    else:
-        match = _BUDGET_RE.match(str(spec))
-        if not match:
-            raise InputError(f"budget {str(spec)!r} is not numeric: {_BUDGET_HELP}")
-        value, unit = float(match.group(1)), match.group(2).lower()
-        if unit and unit not in _UNITS:
-            raise InputError(f"budget {str(spec)!r} has an unknown unit {match.group(2)!r}: {_BUDGET_HELP}")
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"budget {spec!r} must be positive: {_BUDGET_HELP}")
-    if unit:
-        return "bytes", float(round(value * _UNITS[unit]))
-    if value <= 1:
-        return "fraction", value
-    if value != round(value):
-        raise InputError(f"budget {spec!r} is neither a fraction in (0,1] nor a whole number of bytes: {_BUDGET_HELP}")
-    return "bytes", value
+    """:func:`remat.budget.parse_budget`, with its refusal as an :class:`InputError`."""
+    try:
+        return parse_budget(spec)
+    except BudgetError as exc:
+        raise InputError(str(exc)) from None
 
 
 def resolve_budget(spec: Any, graph: Any) -> float:
-    """The budget in bytes for ``graph``; refuses budgets below the graph's constant overhead."""
-    kind, value = parse_budget_spec(spec)
-    if kind in ("fraction", "span"):
-        from remat.budget import no_recompute_peak
-
-        peak = no_recompute_peak(graph)
-        budget = value * peak if kind == "fraction" else span_budget(graph, value, peak)
-    else:
-        budget = value
-    if budget < graph.constant_memory:
-        raise InputError(
-            f"budget {spec!r} = {format_bytes(budget)} is below graph {graph.name!r}'s constant overhead "
-            f"(inputs, parameters, gradients) of {format_bytes(graph.constant_memory)}: give a budget above it"
-        )
-    return budget
-
-
-def span_budget(graph: Any, f: float, peak: float) -> float:
-    """``lb + f (peak - lb)`` with ``lb`` the memory needed to compute the hungriest node (a hard lower bound)."""
+    """:func:`remat.budget.resolve_budget` (bytes for ``graph``), with its refusal as an :class:`InputError`."""
     try:
-        from remat.budget import memory_lower_bound
-    except ImportError:
-        raise MissingAPIError("span: budgets need remat.budget.memory_lower_bound (not there yet)") from None
-    lower, _ = memory_lower_bound(graph)
-    return float(round(lower + f * (peak - lower)))
-
-
-def format_bytes(value: float) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= size:
-            return f"{value / size:.3f} {unit}"
-    return f"{value:.0f} B"
+        return _resolve_budget(spec, graph)
+    except BudgetError as exc:
+        raise InputError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------- paths, versions

@@ -75,9 +75,9 @@ def model_graph(model: dict[str, Any], cost_model: str, frontend: str = "torch",
 
 def profile_path(model: dict[str, Any], results_dir: str | Path = "results", device: str | None = None) -> Path:
     """Where the ``profile`` experiment saves a model's profiled graph (cost file)."""
-    h, w = _resolution(model)
+    size = f"t{int(model['seq_len'])}" if "seq_len" in model else "x".join(map(str, _resolution(model)))
     dev = device or current_device()
-    return project_path(results_dir) / "profiles" / f"{model['name']}_{h}x{w}_b{model['batch_size']}_{dev}.json"
+    return project_path(results_dir) / "profiles" / f"{model['name']}_{size}_b{model['batch_size']}_{dev}.json"
 
 
 def current_device() -> str:
@@ -93,27 +93,25 @@ def _resolution(model: dict[str, Any]) -> tuple[int, int]:
     return int(res), int(res)
 
 
+def input_shape(model: dict[str, Any]) -> tuple[int, ...]:
+    """The per-sample input shape a model config describes: ``(seq_len,)`` for sequences, else ``(C, H, W)``."""
+    if "seq_len" in model:
+        return (int(model["seq_len"]),)
+    h, w = _resolution(model)
+    return (int(model.get("channels", 3)), h, w)
+
+
 def _torch_graph(model: dict[str, Any], cost_model: str) -> Any:
     try:
-        from remat.models import get_model
+        from remat.models import zoo_graph
     except ImportError:
         raise MissingAPIError(
-            "remat.models.get_model is not available yet (model zoo, issue 4): use graph=<reference name or path>"
+            "remat.models.zoo_graph is not available yet (model zoo, issue 4): use graph=<reference name or path>"
         ) from None
-    try:
-        from remat.torch.extract import extract
-    except ImportError:
-        raise MissingAPIError(
-            "remat.torch.extract.extract is not available yet (PyTorch front end, issue 4): "
-            "use graph=<reference name or path>"
-        ) from None
-    h, w = _resolution(model)
     kwargs = dict(model.get("kwargs") or {})
-    if cost_model == "flops":
-        kwargs.setdefault("device", "meta")  # static FLOPs need shapes only: no parameter memory
-    net = get_model(model["name"], **_accepted(get_model, kwargs))
-    sample_shape = (int(model.get("channels", 3)), h, w)
-    return extract(net, sample_shape, int(model["batch_size"]), cost_model=cost_model, name=model["name"])
+    kwargs.pop("device", None)  # static FLOPs extract on the meta device anyway
+    return zoo_graph(model["name"], batch_size=int(model["batch_size"]), input_shape=input_shape(model),
+                     cost_model=cost_model, model_kwargs=kwargs)
 
 
 def _keras_graph(model: dict[str, Any], cost_model: str) -> Any:

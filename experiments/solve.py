@@ -31,6 +31,7 @@ from experiments.common import (
 from experiments.graphs import load_spec, model_graph
 from experiments.solving import RESULT_COLUMNS, lookup_strategy, result_row, solve_cell
 from experiments.tracking import Tracker
+from remat.budget import describe_budget
 
 
 def graph_from_config(cfg: Any) -> tuple[Any, str, str]:
@@ -150,8 +151,7 @@ def summary_table(row: dict[str, Any], graph: Any) -> str:
         ("cost", f"{num('cost', '.6g')} (checkpoint_all {graph.total_cost:.6g})"),
         ("overhead vs checkpoint_all", "-" if row.get("overhead") is None else f"{row['overhead']:.4f}x"),
         ("peak memory", f"{format_bytes(peak) if peak is not None else '-'}{share}"),
-        ("budget", f"{format_bytes(budget)} (spec {row['budget_spec']}; no-recompute peak "
-                   f"{format_bytes(row['no_recompute_peak'])})"),
+        ("budget", describe_budget(row["budget_spec"], graph, budget) if budget is not None else "-"),
         ("solve time", f"{num('solve_time', '.3f')} s"),
         ("gap", "-" if row.get("gap") is None else f"{row['gap']:.2%}"),
     ]
@@ -172,19 +172,22 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 def _trainer() -> Any:
     try:
-        from remat.torch.execute import train
+        from remat.torch.train import train
     except ImportError as exc:
-        raise MissingAPIError(f"train.steps > 0 needs remat.torch.execute ({exc})") from None
+        raise MissingAPIError(f"train.steps > 0 needs remat.torch.train ({exc})") from None
     return train
 
 
 def _train(fn: Any, cfg: Any, graph: Any, schedule: Any, steps: int) -> None:
-    from remat.models import get_model
+    from omegaconf import OmegaConf
 
-    sample_shape = (int(cfg.model.channels), *(int(v) for v in cfg.model.resolution))
-    model = get_model(cfg.model.name, **dict(cfg.model.get("kwargs") or {}))
-    options = {"model": model, "graph": graph, "schedule": schedule, "steps": steps,
-               "batch_size": int(cfg.model.batch_size), "sample_shape": sample_shape, "seed": int(cfg.seed)}
+    from experiments.graphs import input_shape
+    from remat.models import get_model, zoo_loss
+
+    spec = OmegaConf.to_container(cfg.model, resolve=True)
+    model = get_model(cfg.model.name, **dict(spec.get("kwargs") or {}))
+    options = {"model": model, "graph": graph, "schedule": schedule, "steps": steps, "loss": zoo_loss(spec["name"]),
+               "batch_size": int(cfg.model.batch_size), "sample_shape": input_shape(spec), "seed": int(cfg.seed)}
     params = inspect.signature(fn).parameters
     out = fn(**{k: v for k, v in options.items() if k in params})
     last = out[-1] if out else {}

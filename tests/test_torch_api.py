@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -110,10 +112,73 @@ def test_summary_names_strategy_budget_and_peak():
 
 def test_bad_budget_and_infeasible_budget_are_explained():
     model, _ = pair()
-    x, _ = batches(1)[0]
-    with pytest.raises(rt.RematError, match="budget must be bytes"):
+    x, y = batches(1)[0]
+    with pytest.raises(rt.RematError, match=r"budget -1 must be positive: give bytes .* \"span:f\""):
         rt.optimize(model, x, budget=-1)
-    with pytest.raises(rt.RematError, match="found no schedule .* raise the budget"):
-        rt.optimize(model, x, budget=0.2, strategy="checkpoint_last")
-    with pytest.raises(rt.RematError, match="sample must be an input batch"):
+    with pytest.raises(rt.RematError, match="sample must be the model's input batch"):
         rt.optimize(model, [1, 2], budget=0.9)
+    for strategy in ("checkpoint_last", "ilp"):
+        with pytest.raises(rt.RematError) as err:
+            rt.optimize(model, x, budget=0.2, strategy=strategy, time_limit=20)
+        message = str(err.value)
+        assert f"{strategy} found no schedule" in message and "raise the budget" in message
+        least = float(re.search(r"the least budget that works: (\d+) bytes", message).group(1))
+        lower = float(re.search(r"no schedule at all exists below (\d+) bytes", message).group(1))
+        assert lower <= least
+        m = rt.optimize(model, x, budget=least, strategy=strategy, time_limit=20)  # the named budget works
+        assert m.result.peak_memory <= least
+        m.step(x, y)
+
+
+def test_every_budget_form_of_run_py():
+    from remat.budget import memory_lower_bound, no_recompute_peak
+
+    model, _ = pair()
+    x, _ = batches(1)[0]
+    g = rt.optimize(model, x, budget=1.0, strategy="checkpoint_all").graph
+    peak, lower = no_recompute_peak(g), memory_lower_bound(g)[0]
+    forms = {0.95: 0.95 * peak, int(peak): peak, f"{peak / 1000:.3f}kB": round(peak / 1000, 3) * 1000,
+             "span:0.5": round(lower + 0.5 * (peak - lower))}
+    for spec, expected in forms.items():
+        m = rt.optimize(model, x, budget=spec, strategy="eviction_greedy")
+        assert m.result.budget == pytest.approx(expected), spec
+
+
+def test_language_model_through_optimize_both_styles():
+    """Token ids in, per-token cross entropy out, dropout 0.1: both styles train exactly like plain PyTorch."""
+    from remat.models import get_model
+    from remat.models.transformers import masked_lm_loss
+
+    def gpt():
+        torch.manual_seed(0)
+        return get_model("gpt2", n_layer=2, d_model=16, n_head=2, context=8, vocab_size=32)
+
+    ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(1))
+    model, ref = gpt(), gpt()
+    m = rt.optimize(model, ids, budget="span:0.3", loss="token_cross_entropy", strategy="ilp", time_limit=20)
+    assert m.schedule.R.sum() > m.graph.n
+    y = ids.roll(-1, dims=1)
+    torch.manual_seed(5)
+    m.step(ids, y)
+    torch.manual_seed(5)
+    F.cross_entropy(ref(ids).flatten(0, 1), y.flatten()).backward()
+    assert_same_training_state(model, ref)
+
+    def bert():
+        torch.manual_seed(0)
+        return get_model("bert", n_layer=1, d_model=16, n_head=2, d_ff=32, max_len=8, vocab_size=32)
+
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    labels = torch.where(torch.arange(8) % 3 == 0, ids, -100)
+    batch = {"input_ids": ids, "attention_mask": mask}
+    model, ref = bert(), bert()
+    m = rt.optimize(model, batch, budget="span:0.6", loss=masked_lm_loss, target=labels, strategy="ap_greedy")
+    torch.manual_seed(6)
+    out = m(**batch)  # style 2: the output object comes back, any loss of it
+    assert type(out).__name__ == "MaskedLMOutput"
+    masked_lm_loss(out, labels).backward()
+    torch.manual_seed(6)
+    masked_lm_loss(ref(**batch), labels).backward()
+    assert_same_training_state(model, ref)
+    assert m.last_step.recomputes > 0 and m.last_step.accounting_mismatches == []

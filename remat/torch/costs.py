@@ -47,8 +47,11 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from remat.torch.losses import loss_target, loss_value
-from remat.torch.trace import NodeCall, Trace, nbytes, tensors_of, walk
+from remat.torch.inputs import InputSpec, random_values
+from remat.torch.losses import Loss, example_target, loss_and_grads, resolve_loss
+from remat.torch.trace import Trace
+from remat.torch.tree import nbytes, tensors_of
+from remat.torch.walk import NodeCall, WalkResult, walk
 
 TIME_FLOOR = 1e-6  # seconds: a timer-resolution-sized cost for nodes that measure as nothing
 
@@ -92,8 +95,13 @@ def _elementwise(call: NodeCall, out: Any) -> int:
     return max(sizes, default=1)
 
 
-def flops(tr: Trace, batch_size: int, loss: str = "cross_entropy") -> NodeCosts:
+def _loss_wrt(res: WalkResult) -> list[torch.Tensor]:
+    return [res.leaves[r] for r in res.refs(res.output) if res.leaves[r].requires_grad]
+
+
+def flops(tr: Trace, batch_size: int, loss: Any = "cross_entropy", target: InputSpec | None = None) -> NodeCosts:
     """Forward and VJP FLOPs of every node at ``batch_size`` (see the module docstring for the floor rule)."""
+    loss = resolve_loss(loss)
     fwd: dict[str, float] = {}
     bwd: dict[str, float] = {}
 
@@ -112,11 +120,12 @@ def flops(tr: Trace, batch_size: int, loss: str = "cross_entropy") -> NodeCosts:
             bwd[name] = 0.0
         return out
 
-    output = walk(tr, batch_size, "meta", visit).requires_grad_(True)
+    res = walk(tr, batch_size, "meta", visit)
+    wrt = _loss_wrt(res)
+    y = example_target(loss, res.output, target, batch_size)
     with FlopCounterMode(display=False) as counter:
-        value = loss_value(loss, output, loss_target(loss, output))
-        torch.autograd.grad(value, [output])
-    loss_cost = float(counter.get_total_flops() or 3 * output.numel())
+        loss_and_grads(loss, res.output, y, wrt)
+    loss_cost = float(counter.get_total_flops() or 3 * sum(t.numel() for t in tensors_of(res.output)))
     return NodeCosts(fwd, bwd, loss_cost, "flop", "flops", device_name("meta"), batch_size)
 
 
@@ -176,8 +185,10 @@ def _median_time(timed: Callable, fn: Callable[[], Any], repeats: int, warmup: i
 def profile(
     tr: Trace,
     batch_size: int,
-    loss: str = "cross_entropy",
+    loss: Any = "cross_entropy",
+    target: InputSpec | None = None,
     *,
+    inputs: list[Any] | None = None,
     device: torch.device | str | None = None,
     repeats: int = 5,
     warmup: int = 1,
@@ -185,26 +196,32 @@ def profile(
     fallback: str | None = None,
     use_cache: bool = True,
 ) -> NodeCosts:
-    """Seconds per node on ``device`` (default: CUDA if present, else CPU); see the module docstring."""
+    """Seconds per node on ``device`` (default: CUDA if present, else CPU); see the module docstring.
+
+    ``inputs`` are the sample's values (batched tensors are cut to the measured
+    batch); without them, random inputs like the sample are used.
+    """
+    loss = resolve_loss(loss)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if repeats < 1 or warmup < 0:
         raise ProfileError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
     measured = batch_size if device.type == "cuda" else min(batch_size, cpu_batch)
     try:
-        return _profile(tr, measured, loss, device, repeats, warmup, use_cache)
+        return _profile(tr, measured, loss, target, inputs, device, repeats, warmup, use_cache)
     except ProfileError as exc:
         if fallback != "flops":
             raise
         warnings.warn(f"{exc}; falling back to FLOPs as asked (fallback='flops')", stacklevel=2)
-        costs = flops(tr, batch_size, loss)
+        costs = flops(tr, batch_size, loss, target)
         costs.note = f"profile failed, FLOPs used instead: {exc}"
         return costs
 
 
 def _profile(
-    tr: Trace, batch: int, loss: str, device: torch.device, repeats: int, warmup: int, use_cache: bool
+    tr: Trace, batch: int, loss: Loss, target: InputSpec | None, inputs: list[Any] | None, device: torch.device,
+    repeats: int, warmup: int, use_cache: bool,
 ) -> NodeCosts:
-    resolution = "x".join(map(str, tr.sample_shape))
+    resolution = "x".join(map(str, next(s for s in tr.inputs if s.tensor).shape))
     if any(p.device.type == "meta" for p in tr.gm.parameters()):
         raise ProfileError(f"{tr.name} has parameters on the meta device: build it on a real device to profile it")
     dev_name = device_name(device)
@@ -213,8 +230,10 @@ def _profile(
         "structure": tr.fingerprint(),
         "batch": batch,
         "resolution": resolution,
+        "inputs": [s.to_dict() for s in tr.inputs],
+        "target": target.to_dict() if target is not None else None,
         "dtype": str(tr.dtype),
-        "loss": loss,
+        "loss": loss.name,
         "device": dev_name,
         "torch": torch.__version__,
         "repeats": repeats,
@@ -252,15 +271,17 @@ def _profile(
             bwd[name] = _median_time(timed, vjp, repeats, warmup)[0]
         return out
 
-    def make_input(shape: tuple[int, ...], dev: torch.device) -> torch.Tensor:
-        return torch.randn(shape, dtype=tr.dtype, device=dev)
-
+    gen = torch.Generator().manual_seed(0)
+    if inputs is None:
+        values = random_values(tr.inputs, batch, gen, device)
+    else:
+        values = [v[:batch].to(device) if isinstance(v, torch.Tensor) and s.batched else
+                  (v.to(device) if isinstance(v, torch.Tensor) else v) for s, v in zip(tr.inputs, inputs, strict=True)]
     try:
-        output = walk(tr, batch, device, visit, make_input=make_input, free=True).requires_grad_(True)
-        target = loss_target(loss, output, random=True)
-        loss_time = _median_time(
-            timed, lambda: torch.autograd.grad(loss_value(loss, output, target), [output]), repeats, warmup
-        )[0]
+        res = walk(tr, batch, device, visit, inputs=values, free=True)
+        wrt = _loss_wrt(res)
+        y = example_target(loss, res.output, target, batch, random=True, generator=gen)
+        loss_time = _median_time(timed, lambda: loss_and_grads(loss, res.output, y, wrt), repeats, warmup)[0]
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and not _is_oom(exc):
             raise

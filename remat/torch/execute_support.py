@@ -1,4 +1,4 @@
-"""Pieces of the PyTorch schedule executor: results, errors, saved-tensor tokens, checks, reference step.
+"""Pieces of the PyTorch schedule executor: results, saved-tensor tokens, checks, the reference step, random batches.
 
 See :mod:`remat.torch.execute` for how they fit together.
 """
@@ -14,17 +14,12 @@ import torch
 from torch import nn
 
 from remat.graph import DFGraph, GraphError
-from remat.torch.losses import loss_value
+from remat.torch.errors import ExecutionError, StepOutOfMemory
+from remat.torch.inputs import InputSpec, Sample, as_sample, random_values
+from remat.torch.losses import loss_target, resolve_loss
+from remat.torch.tree import Path
 
-Path = tuple[int, ...]
-
-
-class ExecutionError(ValueError):
-    """A model, graph, schedule or batch the executor refuses; the message names the cause and the fix."""
-
-
-class StepOutOfMemory(RuntimeError):
-    """The device ran out of memory during a step; the message gives the step and the plan position."""
+__all__ = ["ExecutionError", "StepOutOfMemory", "StepResult", "autograd_step", "random_batch"]
 
 
 @dataclass
@@ -41,6 +36,7 @@ class StepResult:
     computes: int
     recomputes: int
     accounting_mismatches: list[str] = field(default_factory=list)
+    live_between_peak: int | None = None  # live tensor storage between statements (where simulate() measures)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -48,6 +44,7 @@ class StepResult:
             "predicted_peak": self.predicted_peak,
             "tracked_peak": self.tracked_peak,
             "live_peak": self.live_peak,
+            "live_between_peak": self.live_between_peak,
             "cuda_peak": self.cuda_peak,
             "wall_time": self.wall_time,
             "recomputes": self.recomputes,
@@ -91,35 +88,9 @@ class _NodeGraph:
     """The autograd graph of one forward computation of one node."""
 
     outputs: dict[Path, Any]  # path -> GradientEdge
-    entries: dict[tuple[int, Path], tuple[Any, torch.Tensor]]  # (producer, path) -> (edge, zero-size template)
-    params: list[tuple[str, nn.Parameter]]
+    entries: list[tuple[tuple[int, Path], tuple[Any, tuple]]]  # (producer, path) -> (edge, (shape, dtype, device))
+    params: list[nn.Parameter]
     saved: list[_Saved]
-
-
-def _flat(value: Any, path: Path = ()) -> Iterator[tuple[Path, torch.Tensor]]:
-    if isinstance(value, torch.Tensor):
-        yield path, value
-    elif isinstance(value, (tuple, list)):
-        for k, v in enumerate(value):
-            yield from _flat(v, (*path, k))
-
-
-def _at(value: Any, path: Path) -> Any:
-    for k in path:
-        value = value[k]
-    return value
-
-
-def _map(value: Any, fn: Any, path: Path = ()) -> Any:
-    if isinstance(value, torch.Tensor):
-        return fn(path, value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_map(v, fn, (*path, k)) for k, v in enumerate(value))
-    return value
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -160,7 +131,7 @@ def _same_rng(a: tuple, b: tuple) -> bool:
     return torch.equal(a[0], b[0]) and (a[1] is None or torch.equal(a[1], b[1]))
 
 
-_NEEDED_METADATA = ("fx_nodes", "backward_of", "forward_of", "loss", "input_shape", "output_shape")
+_NEEDED_METADATA = ("fx_nodes", "backward_of", "forward_of", "loss", "input_shape")
 
 
 def _check_graph(graph: DFGraph) -> None:
@@ -193,7 +164,8 @@ def _check_model(tr: Any, st: Any, graph: DFGraph) -> None:
                 f"the model traces to {b!r} ({st.nodes[u].op if b else '-'}); extract the graph from this model"
             )
     for u, info in enumerate(st.nodes):
-        if not info.out_bytes <= graph.memory[u] <= info.out_bytes + info.extra_bytes:
+        extra = sum(b for _, b in info.extra_slots)
+        if not info.out_bytes <= graph.memory[u] <= info.out_bytes + extra:
             raise ExecutionError(
                 f"model and graph differ at forward node {u} {info.name!r} ({info.op}): it outputs "
                 f"{info.out_bytes} bytes at batch {graph.batch_size}, the graph says {int(graph.memory[u])}; "
@@ -207,19 +179,44 @@ def _check_model(tr: Any, st: Any, graph: DFGraph) -> None:
         )
 
 
-def autograd_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss: str) -> float:
+def graph_inputs(graph: DFGraph) -> list[InputSpec]:
+    """The input specs a graph was extracted for (graphs from before specs were recorded: one float input)."""
+    md = graph.metadata
+    if md.get("inputs"):
+        return [InputSpec.from_dict(d) for d in md["inputs"]]
+    return [InputSpec(name="x", tensor=True, shape=tuple(md["input_shape"]), dtype=md.get("dtype", "float32"))]
+
+
+def autograd_step(model: nn.Module, sample: Any, target: Any, loss: Any) -> float:
     """The reference: plain forward, loss and ``backward()`` (gradients accumulated into ``.grad``)."""
-    value = loss_value(loss, model(x), target)
+    s = as_sample(sample)
+    value = resolve_loss(loss).fn(model(*s.args, **s.kwargs), target)
     value.backward()
     return float(value.detach())
 
 
 def random_batch(graph: DFGraph, generator: torch.Generator, device: torch.device | str = "cpu") -> tuple:
-    """A random input batch and target of the shapes ``graph`` was extracted for."""
+    """A random input batch and target like those ``graph`` was extracted for.
+
+    The batch is one tensor when the model takes one, else a
+    :class:`~remat.torch.inputs.Sample` of keyword inputs; the target is ``None``
+    for a callable loss extracted without one.
+    """
     md = graph.metadata
-    x = torch.randn((graph.batch_size, *md["input_shape"]), generator=generator).to(device)
-    out = torch.empty(md["output_shape"])
-    if md["loss"] == "mse":
-        return x, torch.randn(out.shape, generator=generator).to(device)
-    shape = (out.shape[0], *out.shape[2:])
-    return x, torch.randint(0, out.shape[1], shape, generator=generator).to(device)
+    specs = graph_inputs(graph)
+    values = random_values(specs, graph.batch_size, generator, device)
+    given = {s.name: v for s, v in zip(specs, values, strict=True) if s.given}
+    tensors = [s for s in specs if s.given and s.tensor]
+    sample: Any = given[tensors[0].name] if len(given) == 1 and specs[0].given else Sample(**given)
+    loss = resolve_loss(md["loss"]) if not str(md["loss"]).startswith("callable:") else None
+    if loss is not None:
+        out = md["output_shape"]
+        shape = tuple(loss_target(loss.name, torch.empty(out, device="meta")).shape)
+        if loss.name == "mse":
+            return sample, torch.randn(shape, generator=generator).to(device)
+        high = out[-1] if loss.name == "token_cross_entropy" else out[1]
+        return sample, torch.randint(0, high, shape, generator=generator).to(device)
+    spec = md.get("target")
+    if spec is None:
+        return sample, None
+    return sample, random_values([InputSpec.from_dict(spec)], graph.batch_size, generator, device)[0]

@@ -37,13 +37,18 @@ class LiveTensorMeter(TorchDispatchMode):
     Storages of the tensors in ``existing`` (parameters, gradients, the input
     batch: whatever is allocated before the block) are never counted, not even
     when an op returns a view of them (``weight.t()``); views share their base's
-    storage and are counted once.
+    storage and are counted once. ``pending()``, when given, is added to the
+    count at every allocation: the bytes of what is not allocated yet but
+    should be counted from the start (parameter gradients that ``zero_grad()``
+    set to None, which the graph holds for the whole step).
     """
 
-    def __init__(self, existing: Iterable[torch.Tensor] = ()) -> None:
+    def __init__(self, existing: Iterable[torch.Tensor] = (), pending: Callable[[], int] | None = None) -> None:
         super().__init__()
         self.current = 0
         self.peak = 0
+        self.sampled_peak = 0  # the largest count seen by sample(): between the statements of a plan
+        self._pending = pending
         self._live: dict[int, int] = {}
         self._existing = {id(t.untyped_storage()): t.untyped_storage() for t in existing}
 
@@ -62,8 +67,12 @@ class LiveTensorMeter(TorchDispatchMode):
         size = storage.nbytes()
         self._live[key] = size
         self.current += size
-        self.peak = max(self.peak, self.current)
+        self.peak = max(self.peak, self.current + (self._pending() if self._pending else 0))
         weakref.finalize(storage, self._release, key)
+
+    def sample(self) -> None:
+        """Record the count now (the executor calls it between statements, where ``simulate()`` measures)."""
+        self.sampled_peak = max(self.sampled_peak, self.current + (self._pending() if self._pending else 0))
 
     def _release(self, key: int) -> None:
         self.current -= self._live.pop(key, 0)
