@@ -114,13 +114,15 @@ BUILDERS = {"net": Net, "chain": chain_net, "decoder": decoder_net}
 CELLS: dict[str, dict[str, tuple[float, dict]]] = {
     "net": {
         "ap_greedy": (0.5, {}), "ap_sqrtn": (0.5, {}), "approx_lp_deterministic": (0.5, {}),
-        "approx_lp_randomized": (0.8, {}), "checkpoint_last": (0.5, {}), "eviction_greedy": (0.5, {}),
+        "closure_eviction": (0.5, {}), "approx_lp_randomized": (0.8, {}), "checkpoint_last": (0.5, {}),
+        "eviction_greedy": (0.5, {}),
         "ilp": (0.5, {"time_limit": 20}), "ilp_plain": (0.5, {"time_limit": 20}), "linearized_greedy": (0.5, {}),
         "linearized_sqrtn": (0.5, {}),
     },
     "chain": {
         "ap_greedy": (0.5, {}), "ap_sqrtn": (0.5, {}), "approx_lp_deterministic": (0.5, {}),
         "approx_lp_randomized": (0.5, {"seed": 2}), "checkpoint_last": (0.5, {}), "chen_greedy": (0.5, {}),
+        "closure_eviction": (0.5, {}),
         "chen_sqrtn": (0.5, {}), "eviction_greedy": (0.5, {}), "griewank_logn": (0.5, {}),
         "ilp": (0.5, {"time_limit": 20}), "ilp_plain": (0.5, {"time_limit": 20}), "linearized_greedy": (0.5, {}),
         "linearized_sqrtn": (0.5, {}),
@@ -128,6 +130,7 @@ CELLS: dict[str, dict[str, tuple[float, dict]]] = {
     "decoder": {
         "ap_greedy": (0.5, {}), "ap_sqrtn": (0.6, {}), "approx_lp_deterministic": (0.5, {}),
         "approx_lp_randomized": (0.6, {}), "checkpoint_last": (0.999, {}), "eviction_greedy": (0.5, {}),
+        "closure_eviction": (0.5, {}),
         "ilp": (0.5, {"time_limit": 20}), "ilp_plain": (0.7, {"time_limit": 20}), "linearized_greedy": (0.5, {}),
         "linearized_sqrtn": (0.5, {}),
     },
