@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -56,7 +57,9 @@ def cells() -> list:
     out = []
     for name in CASES:
         for strategy in OPTIONS:
-            marks = [] if name in FAST else [pytest.mark.slow]
+            marks = [] if name in FAST else [pytest.mark.slow, pytest.mark.skipif(
+                not os.environ.get("REMAT_ZOO_CNN"), reason="the CNN zoo cells peak at 6-20 GB per worker and two "
+                "workers were OOM-killed on the 24 GB CI machine: set REMAT_ZOO_CNN=1 to run them (one worker)")]
             out.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
     return out
 
