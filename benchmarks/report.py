@@ -169,6 +169,57 @@ def scaling_lines(rows: list[dict], meta: dict) -> list[str]:
     return [wrapped(text + ".")]
 
 
+def _num(value: object, digits: str = ".3g") -> str:
+    return "-" if value is None else f"{value:{digits}}"
+
+
+def targets_lines(rows: list[dict], meta: dict) -> list[str]:
+    """targets.py: how many cells hold, which do not and the gap reached, then every cell in a table."""
+    held = [r for r in rows if r["verdict"] == "holds"]
+    proved_infeasible = [r for r in held if r["status"] == "infeasible"]
+    kind = "points of the span" if rows[0].get("budget_kind") == "span" else "fractions of the no-recomputation peak"
+    text = (f"- Issue 27's targets at {kind}, `{meta.get('command', '?')}` ({provenance(meta)}): {len(held)} of "
+            f"{len(rows)} cells hold ({len(proved_infeasible)} of them infeasible with a proof: the budget is below "
+            f"what the graph needs at its hungriest step)")
+    others = [r for r in rows if r["verdict"] != "holds"]
+    if others:
+        text += "; not holding (open: the cap is below the target's limit; fails: the full limit was spent): " + (
+            ", ".join(f"{r['graph']} {r['fraction']:g} {r['verdict']} "
+                      + (f"at gap {100 * r['gap']:.2f} %" if r.get("gap") is not None else "with no schedule")
+                      for r in others))
+    lines = [wrapped(text + "."), ""]
+    lines.append("  | group | graph | nodes | fraction | verdict | status | overhead | gap % | first s | solve s "
+                 "| limit s |")
+    lines.append("  |---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        gap = None if r.get("gap") is None else 100 * r["gap"]
+        lines.append(f"  | {r['group']} | {r['graph']} | {int(r['nodes'])} | {r['fraction']:g} | {r['verdict']} | "
+                     f"{r['status']} | {_num(r.get('overhead'), '.4f')} | {_num(gap, '.2f')} | "
+                     f"{_num(r.get('first_s'), '.2f')} | {r['solve_s']:.1f} | {r['limit_s']:g} |")
+    return lines + [""]
+
+
+def scaling_family_lines(rows: list[dict], meta: dict, family: str) -> list[str]:
+    """scaling.py: time to each milestone per contender and size, and the fitted growth exponents."""
+    from scaling import MILESTONES, growth_exponents
+
+    built = [r for r in rows if r["status"] != "not_built"]
+    text = (f"- Scaling ({family}), `{meta.get('command', '?')}` ({provenance(meta)}), seconds to the first schedule "
+            f"/ within 5 % / within 1 % / proved (1e-4), '-' not reached in the limit, figure "
+            f"`results/figures/scaling_{family}.png`:")
+    lines = [wrapped(text), "", "  | nodes | contender | status | overhead | gap % | first | 5 % | 1 % | proof |",
+             "  |---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        gap = None if r.get("gap") is None else 100 * r["gap"]
+        lines.append(f"  | {int(r['nodes'])} | {r['contender']} | {r['status']} | {_num(r.get('overhead'), '.4f')} | "
+                     f"{_num(gap, '.2f')} | " + " | ".join(_num(r.get(k), '.3g') for k in MILESTONES) + " |")
+    fits = "; ".join(f"{e['contender']} " + ", ".join(f"{k[:-2]} {e[k]:.2f} ({int(e[k + '_sizes'])} sizes)"
+                                                    for k in MILESTONES if e.get(k) is not None)
+                     for e in growth_exponents(built))
+    text = f"  Growth exponent (slope of log seconds against log nodes over the sizes reached): {fits}."
+    return lines + ["", wrapped(text), ""]
+
+
 def report(results: Path) -> list[str]:
     lines = []
     for path in sorted(results.glob("solve_reference_graphs*.csv")):
@@ -178,6 +229,14 @@ def report(results: Path) -> list[str]:
     scaling = results / "ilp_scaling.csv"
     if scaling.exists() and read_run(scaling)[0]:
         lines.extend(scaling_lines(*read_run(scaling)))
+    for path in sorted(results.glob("targets*.csv")):
+        rows, meta = read_run(path)
+        if rows:
+            lines.extend(targets_lines(rows, meta))
+    for path in sorted(results.glob("scaling_*.csv")):
+        rows, meta = read_run(path)
+        if rows:
+            lines.extend(scaling_family_lines(rows, meta, path.stem.removeprefix("scaling_")))
     return lines
 
 

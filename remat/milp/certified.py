@@ -90,11 +90,8 @@ FREE_ONCE_TOLERANCE, FREE_ONCE_GAIN = 1e-6, 1e-4
 
 # Exact last-stage engines: (model, HiGHS settings). Racing two that differ only in a setting pays because
 # branch-and-bound time varies by x0.5-x2 with such settings, in no fixed direction (issue 7 notes).
-ENGINES = {
-    "frontier": ("frontier", {}),
-    "frontier_norestart": ("frontier", {"mip_allow_restart": False}),
-    "full": ("full", {}),
-}
+ENGINES = {"frontier": ("frontier", {}), "frontier_norestart": ("frontier", {"mip_allow_restart": False}),
+           "full": ("full", {})}
 
 
 def solve_ilp_certified(
@@ -230,6 +227,8 @@ def solve_ilp_certified(
             message = f"stopped: no schedule costs at most the target {target:.6g} (lower bound {inc.bound:.6g})"
         if inc.schedule is None:
             errors = [m for _, status, m, _ in outcomes if status == "error"]
+            if not whole and not inc.interrupted:  # ended before its limit, out of methods: say which were missing
+                message = "the whole model is too large to build and no schedule fits to start windows from"
             ended = Status.INTERRUPTED if inc.interrupted else Status.TIME_LIMIT
             return SolveResult("ilp", Status.ERROR if errors else ended, budget, solve_time=inc.elapsed(),
                                lower_bound=inc.bound, message=message, options=options, stats=stats)
