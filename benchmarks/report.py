@@ -179,8 +179,10 @@ def targets_lines(rows: list[dict], meta: dict) -> list[str]:
     proved_infeasible = [r for r in held if r["status"] == "infeasible"]
     kind = "points of the span" if rows[0].get("budget_kind") == "span" else "fractions of the no-recomputation peak"
     text = (f"- Issue 27's targets at {kind}, `{meta.get('command', '?')}` ({provenance(meta)}): {len(held)} of "
-            f"{len(rows)} cells hold ({len(proved_infeasible)} of them infeasible with a proof: the budget is below "
-            f"what the graph needs at its hungriest step)")
+            f"{len(rows)} cells hold")
+    if proved_infeasible:
+        text += (f" ({len(proved_infeasible)} of them infeasible with a proof: the budget is below what the graph "
+                 f"needs at its hungriest step)")
     others = [r for r in rows if r["verdict"] != "holds"]
     if others:
         text += "; not holding (open: the cap is below the target's limit; fails: the full limit was spent): " + (
@@ -207,14 +209,16 @@ def scaling_family_lines(rows: list[dict], meta: dict, family: str) -> list[str]
     text = (f"- Scaling ({family}), `{meta.get('command', '?')}` ({provenance(meta)}), seconds to the first schedule "
             f"/ within 5 % / within 1 % / proved (1e-4), '-' not reached in the limit, figure "
             f"`results/figures/scaling_{family}.png`:")
-    lines = [wrapped(text), "", "  | nodes | contender | status | overhead | gap % | first | 5 % | 1 % | proof |",
-             "  |---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    header = "  | nodes | contender | status | overhead | gap % | first | 5 % | 1 % | proof | ran s |"
+    lines = [wrapped(text), "", header, "  |---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         gap = None if r.get("gap") is None else 100 * r["gap"]
         lines.append(f"  | {int(r['nodes'])} | {r['contender']} | {r['status']} | {_num(r.get('overhead'), '.4f')} | "
-                     f"{_num(gap, '.2f')} | " + " | ".join(_num(r.get(k), '.3g') for k in MILESTONES) + " |")
-    fits = "; ".join(f"{e['contender']} " + ", ".join(f"{k[:-2]} {e[k]:.2f} ({int(e[k + '_sizes'])} sizes)"
-                                                    for k in MILESTONES if e.get(k) is not None)
+                     f"{_num(gap, '.2f')} | " + " | ".join(_num(r.get(k), '.3g') for k in MILESTONES)
+                     + f" | {_num(r.get('solve_s'), '.0f')} |")
+    fits = "; ".join(f"{e['contender']} " + (", ".join(f"{k[:-2]} {e[k]:.2f} ({int(e[k + '_sizes'])} sizes)"
+                                                     for k in MILESTONES if e.get(k) is not None)
+                                           or "none (no milestone reached at two sizes)")
                      for e in growth_exponents(built))
     text = f"  Growth exponent (slope of log seconds against log nodes over the sizes reached): {fits}."
     return lines + ["", wrapped(text), ""]

@@ -104,17 +104,20 @@ def draw(rows: list[dict], family: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(MILESTONES), figsize=(4 * len(MILESTONES), 3.6), sharey=True)
+    colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(r["contender"] for r in rows))}
     for ax, key in zip(axes, MILESTONES):
-        for contender in dict.fromkeys(r["contender"] for r in rows):
+        for contender in colours:
             pts = sorted((r["nodes"], r[key]) for r in rows if r["contender"] == contender and r.get(key) is not None)
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=contender)
+                ax.plot(*zip(*pts), marker="o", color=colours[contender])
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title({"first_s": "first schedule", "gap5_s": "within 5 %", "gap1_s": "within 1 %",
                       "proof_s": "proved (1e-4)"}[key])
         ax.set_xlabel("nodes")
     axes[0].set_ylabel("seconds (2 cores)")
+    for contender in dict.fromkeys(r["contender"] for r in rows):  # every contender in the legend, reached or not
+        axes[-1].plot([], [], marker="o", label=contender, color=colours[contender])
     axes[-1].legend(fontsize=8)
     fig.suptitle(f"time to answer vs graph size ({family}); a missing point: not reached within the limit",
                  fontsize=9)
@@ -132,8 +135,16 @@ def main() -> None:
     parser.add_argument("--contenders", nargs="+", choices=tuple(CONTENDERS), default=list(CONTENDERS))
     parser.add_argument("--max-columns", type=int, default=3_000_000, help="largest plain model built")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--redraw", action="store_true", help="draw the figure again from the CSV, solve nothing")
     args = parser.parse_args()
     out = args.out or RESULTS_DIR / f"scaling_{args.family}.csv"
+    figure = out.parent.parent / "figures" / f"scaling_{args.family}.png"
+    if args.redraw:
+        from report import read_run
+
+        draw(read_run(out)[0], args.family, figure)
+        print(f"figure: {figure}")
+        return
     writer = RowWriter(out, COLUMNS, "scaling.py")
     for nodes in args.nodes:
         graph = scaling_graph(args.family, nodes)
@@ -153,7 +164,6 @@ def main() -> None:
     print(markdown_table(writer.rows, ["nodes", "contender", "status", "overhead", "gap", *MILESTONES]))
     print()
     print(markdown_table(growth_exponents(writer.rows), ["contender", *MILESTONES]))
-    figure = out.parent.parent / "figures" / f"scaling_{args.family}.png"
     draw(writer.rows, args.family, figure)
     print(f"\nrows: {out}\nfigure: {figure}")
 
