@@ -103,7 +103,7 @@ def draw(rows: list[dict], family: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(MILESTONES), figsize=(4 * len(MILESTONES), 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(MILESTONES), figsize=(4 * len(MILESTONES), 3.6), sharex=True, sharey=True)
     colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(r["contender"] for r in rows))}
     for ax, key in zip(axes, MILESTONES):
         for contender in colours:
