@@ -35,9 +35,11 @@ class BruteForce:
         self.last_need = list(self.last_use)
         for i in range(self.n - 1, -1, -1):
             self.last_need[i] = max([self.last_use[i]] + [self.last_need[j] for j in self.users[i]])
+        # Memoised per oracle, freed with it: functools.cache on the method itself kept every oracle of the session
+        # (one global cache keyed by self) and grew a pytest worker by gigabytes until the kernel killed it.
+        self.stage = cache(self._stage)
 
-    @cache  # noqa: B019 - one oracle per test, freed with it
-    def stage(self, t: int, resident: int, keep: int) -> tuple[float, float, int]:
+    def _stage(self, t: int, resident: int, keep: int) -> tuple[float, float, int]:
         """(cost, peak memory, R bitmask) of stage t entering with `resident`, leaving `keep`."""
         R = (1 << t) | (keep & ~resident)
         for v in range(t, -1, -1):

@@ -13,56 +13,50 @@ that always runs; the other CNNs are marked slow (``-m "not slow"`` skips them; 
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from zoo_cases import CASES, batch, build, loss
-from zoo_cell import BASELINE, FAST, OPTIONS, check_cell, run_pair, zoo_graph_of
+from zoo_cell import BASELINE, FAST, OPTIONS, check_cell, check_edges, run_pair, zoo_graph_of
 
-from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.budget import span_budget
 from remat.strategies import get_strategy
-from remat.torch.execute import ScheduleExecutor, autograd_step
+from remat.torch.execute import autograd_step
 
-pytestmark = pytest.mark.usefixtures("one_thread", "memory_returned")  # one_thread: tests/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-@pytest.fixture
-def memory_returned():
-    """Hand each test's freed tensors back to the system, so the worker's heap does not grow from test to test."""
-    yield
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc: nothing to trim
-        pass
+# The CNN checks run one at a time on one worker (``--dist loadgroup`` in .ci/run), each in a process of its own, so
+# its heap goes back to the system when it ends: in the workers the heap grew to 12-20 GB over them (VGG19 peaks at
+# 5.7 GB alone) and the kernel killed a worker on the 24 GB machine.
+CNN_MARKS = (pytest.mark.slow, pytest.mark.xdist_group("zoo_cnn"))
+
+
+def cnn_marked(names: list[str]) -> list:
+    return [pytest.param(name, marks=() if name in FAST else CNN_MARKS, id=name) for name in names]
 
 
 def cells() -> list:
-    out = []
-    for name in CASES:
-        for strategy in OPTIONS:
-            marks = [] if name in FAST else [pytest.mark.slow]
-            out.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
-    return out
+    return [pytest.param(name, strategy, marks=() if name in FAST else CNN_MARKS, id=f"{name}-{strategy}")
+            for name in CASES for strategy in OPTIONS]
+
+
+def run_alone(*args: str) -> None:
+    """Run one ``tests/zoo_cell.py`` check in a fresh interpreter and fail with its output if it fails."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("zoo_cell.py")), *args],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{' '.join(args)} failed in its own process:\n{done.stdout}\n{done.stderr[-6000:]}"
 
 
 @pytest.mark.parametrize("name, strategy", cells())
 def test_zoo_model_recomputes_exactly_within_the_predicted_memory(name, strategy):
     if name in FAST:
         check_cell(name, strategy)
-        return
-    # A CNN cell runs in a process of its own, so its heap goes back to the system when it ends: in the worker the
-    # heap grew to 20 GB over the CNN cells (VGG19 peaks at 5.7 GB alone) and the kernel killed a worker.
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("zoo_cell.py")), name, strategy],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{name}-{strategy} failed in its own process:\n{done.stdout}\n{done.stderr[-6000:]}"
+    else:
+        run_alone("cell", name, strategy)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "resnet18", "vit_b16"])
@@ -94,32 +88,11 @@ def test_dropout_masks_are_replayed_on_recomputation(name):
                                                                  strict=True))
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", cnn_marked(list(CASES)))
 def test_every_value_the_executor_reads_is_an_edge(name):
     """Walk every node's inputs as the executor really reads them (forward arguments through views, saved tensors
-    in the backward, gradients) and check each read against the graph's edges."""
-    graph = zoo_graph_of(name)
-    model = build(name)
-    ex = ScheduleExecutor(model, graph, checkpoint_all_schedule(graph), loss=loss(name))
-    reads: set[tuple[int, int]] = set()
-    current = [-1]
-    compute, reg_of = ex._compute, ex._reg_of
-
-    def computing(k):
-        current[0] = k
-        return compute(k)
-
-    def reading(node, reader):
-        reads.add((node, current[0]))
-        return reg_of(node, reader)
-
-    ex._compute, ex._reg_of = computing, reading
-    sample, target = batch(name, model)
-    ex.step(sample, target)
-    edges = {tuple(map(int, e)) for e in graph.edges}
-    missing = sorted(r for r in reads if r not in edges and r[0] != r[1])
-    assert not missing, [(graph.names[a], graph.names[b]) for a, b in missing]
-    # ... and every edge is read: the graph asks for nothing the step does not use
-    unused = sorted(edges - reads)
-    assert not unused, [(graph.names[a], graph.names[b]) for a, b in unused]
-    assert np.all(graph.memory[: graph.loss] > 0)
+    in the backward, gradients) and check each read against the graph's edges (``zoo_cell.check_edges``)."""
+    if name in FAST:
+        check_edges(name)
+    else:
+        run_alone("edges", name)

@@ -1,8 +1,9 @@
 """One cell of the zoo execution matrix: a zoo model run under a schedule that recomputes, checked against plain
 autograd and against ``simulate()``'s memory prediction (see ``tests/test_zoo_execution.py``).
 
-Importable by the tests, and a script so a cell can run in a process of its own, whose heap goes back to the
-system when it ends: ``python tests/zoo_cell.py vgg19 ilp`` exits 0 when every check holds.
+Importable by the tests, and a script so a check can run in a process of its own, whose heap goes back to the
+system when it ends: ``python tests/zoo_cell.py cell vgg19 ilp`` or ``python tests/zoo_cell.py edges vgg19`` exits 0
+when every check holds.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import functools
 import sys
 
+import numpy as np
 import pytest
 import torch
 from test_executor import assert_same_training_state
 from zoo_cases import batch, build, loss
 
+from remat.baselines.checkpoint import checkpoint_all_schedule
 from remat.budget import no_recompute_peak, span_budget
 from remat.strategies import get_strategy
 from remat.torch.execute import ScheduleExecutor, autograd_step
@@ -68,7 +71,37 @@ def check_cell(name: str, strategy: str) -> None:
     assert all(int(m.num_batches_tracked) == 1 for m in bn)  # running statistics moved once, not per recomputation
 
 
+def check_edges(name: str) -> None:
+    """Every value the executor reads is an edge of the graph, and every edge is read."""
+    graph = zoo_graph_of(name)
+    model = build(name)
+    ex = ScheduleExecutor(model, graph, checkpoint_all_schedule(graph), loss=loss(name))
+    reads: set[tuple[int, int]] = set()
+    current = [-1]
+    compute, reg_of = ex._compute, ex._reg_of
+
+    def computing(k):
+        current[0] = k
+        return compute(k)
+
+    def reading(node, reader):
+        reads.add((node, current[0]))
+        return reg_of(node, reader)
+
+    ex._compute, ex._reg_of = computing, reading
+    sample, target = batch(name, model)
+    ex.step(sample, target)
+    edges = {tuple(map(int, e)) for e in graph.edges}
+    missing = sorted(r for r in reads if r not in edges and r[0] != r[1])
+    assert not missing, [(graph.names[a], graph.names[b]) for a, b in missing]
+    # ... and every edge is read: the graph asks for nothing the step does not use
+    unused = sorted(edges - reads)
+    assert not unused, [(graph.names[a], graph.names[b]) for a, b in unused]
+    assert np.all(graph.memory[: graph.loss] > 0)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)  # as tests/conftest.py's one_thread: the test machine's 2 cores are shared
-    check_cell(sys.argv[1], sys.argv[2])
-    print(f"{sys.argv[1]}-{sys.argv[2]}: every check holds")
+    checks = {"cell": check_cell, "edges": check_edges}
+    checks[sys.argv[1]](*sys.argv[2:])
+    print(f"{' '.join(sys.argv[1:])}: every check holds")
