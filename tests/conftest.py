@@ -47,9 +47,5 @@ def memory_returned(request):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the CNN zoo group (``xdist_group("zoo_cnn")``, processes of 6 GB each) first, while the workers are small."""
-    def heavy(item: pytest.Item) -> bool:
-        mark = item.get_closest_marker("xdist_group")
-        return mark is not None and (mark.args[:1] == ("zoo_cnn",) or mark.kwargs.get("name") == "zoo_cnn")
-
-    items.sort(key=lambda item: not heavy(item))  # stable: every other test keeps its order
+    """Run the ``own_process`` tests (CNN zoo checks, processes of up to 6 GB) first, while the workers are small."""
+    items.sort(key=lambda item: item.get_closest_marker("own_process") is None)  # stable: the rest keep their order

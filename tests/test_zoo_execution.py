@@ -29,10 +29,11 @@ from remat.torch.execute import autograd_step
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-# The CNN checks run one at a time on one worker (``--dist loadgroup`` in .ci/run), each in a process of its own, so
-# its heap goes back to the system when it ends: in the workers the heap grew to 12-20 GB over them (VGG19 peaks at
-# 5.7 GB alone) and the kernel killed a worker on the 24 GB machine.
-CNN_MARKS = (pytest.mark.slow, pytest.mark.xdist_group("zoo_cnn"))
+# The CNN checks run each in a process of its own, so its heap goes back to the system when it ends (VGG19 peaks at
+# 5.7 GB alone; in the workers the heap grew over them until the kernel killed one), and first (tests/conftest.py),
+# while the workers are small: two may run at once, one per worker. (xdist's loadgroup, which would keep them on one
+# worker, does not group anything with pytest 9.2 and xdist 3.8: measured, grouped tests spread over both workers.)
+CNN_MARKS = (pytest.mark.slow, pytest.mark.own_process)
 
 
 def cnn_marked(names: list[str]) -> list:
