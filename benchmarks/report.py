@@ -173,6 +173,10 @@ def _num(value: object, digits: str = ".3g") -> str:
     return "-" if value is None else f"{value:{digits}}"
 
 
+def _gap_percent(row: dict) -> str:
+    return _num(None if row.get("gap") is None else 100 * row["gap"], ".2f")
+
+
 def targets_lines(rows: list[dict], meta: dict) -> list[str]:
     """targets.py: how many cells hold, which do not and the gap reached, then every cell in a table."""
     held = [r for r in rows if r["verdict"] == "holds"]
@@ -194,9 +198,8 @@ def targets_lines(rows: list[dict], meta: dict) -> list[str]:
                  "| limit s |")
     lines.append("  |---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        gap = None if r.get("gap") is None else 100 * r["gap"]
         lines.append(f"  | {r['group']} | {r['graph']} | {int(r['nodes'])} | {r['fraction']:g} | {r['verdict']} | "
-                     f"{r['status']} | {_num(r.get('overhead'), '.4f')} | {_num(gap, '.2f')} | "
+                     f"{r['status']} | {_num(r.get('overhead'), '.4f')} | {_gap_percent(r)} | "
                      f"{_num(r.get('first_s'), '.2f')} | {r['solve_s']:.1f} | {r['limit_s']:g} |")
     return lines + [""]
 
@@ -212,9 +215,8 @@ def scaling_family_lines(rows: list[dict], meta: dict, family: str) -> list[str]
     header = "  | nodes | contender | status | overhead | gap % | first | 5 % | 1 % | proof | ran s |"
     lines = [wrapped(text), "", header, "  |---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        gap = None if r.get("gap") is None else 100 * r["gap"]
         lines.append(f"  | {int(r['nodes'])} | {r['contender']} | {r['status']} | {_num(r.get('overhead'), '.4f')} | "
-                     f"{_num(gap, '.2f')} | " + " | ".join(_num(r.get(k), '.3g') for k in MILESTONES)
+                     f"{_gap_percent(r)} | " + " | ".join(_num(r.get(k), '.3g') for k in MILESTONES)
                      + f" | {_num(r.get('solve_s'), '.0f')} |")
     fits = "; ".join(f"{e['contender']} " + (", ".join(f"{k[:-2]} {e[k]:.2f} ({int(e[k + '_sizes'])} sizes)"
                                                      for k in MILESTONES if e.get(k) is not None)

@@ -116,8 +116,8 @@ def draw(rows: list[dict], family: str, path: Path) -> None:
                       "proof_s": "proved (1e-4)"}[key])
         ax.set_xlabel("nodes")
     axes[0].set_ylabel("seconds (2 cores)")
-    for contender in dict.fromkeys(r["contender"] for r in rows):  # every contender in the legend, reached or not
-        axes[-1].plot([], [], marker="o", label=contender, color=colours[contender])
+    for contender, colour in colours.items():  # every contender in the legend, reached or not
+        axes[-1].plot([], [], marker="o", label=contender, color=colour)
     axes[-1].legend(fontsize=8)
     fig.suptitle(f"time to answer vs graph size ({family}); a missing point: not reached within the limit",
                  fontsize=9)

@@ -41,8 +41,8 @@ def cnn_marked(names: list[str]) -> list:
 
 
 def cells() -> list:
-    return [pytest.param(name, strategy, marks=() if name in FAST else CNN_MARKS, id=f"{name}-{strategy}")
-            for name in CASES for strategy in OPTIONS]
+    return [pytest.param(name, strategy, marks=param.marks, id=f"{name}-{strategy}")
+            for param, name in zip(cnn_marked(list(CASES)), CASES) for strategy in OPTIONS]
 
 
 def run_alone(*args: str) -> None:
